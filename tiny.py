@@ -1,0 +1,1483 @@
+"""tiny: a minimal lazy tensor compiler. Read top to bottom, in the order data flows:
+dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
+linearize -> renderers -> devices."""
+from __future__ import annotations
+import os, sys, math, struct, ctypes, hashlib, subprocess, tempfile, time, functools, itertools, weakref, operator
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from enum import Enum, auto
+from typing import Any, Callable, Sequence
+
+def getenv(key:str, default=0): return type(default)(os.getenv(key, default))
+def prod(xs) -> int: return functools.reduce(operator.mul, xs, 1)
+def argsort(xs) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
+def cdiv(a:int, b:int) -> int: return -(-a // b)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# dtypes: what a value is in memory. `fmt` is the struct/buffer-protocol letter, `priority` orders type promotion.
+
+@dataclass(frozen=True)
+class DType:
+  priority: int
+  itemsize: int
+  name: str
+  fmt: str
+  count: int = 1
+  def vec(self, n:int) -> DType: return replace(self, itemsize=self.itemsize*n, name=f"{self.name}{n}", count=n)
+  @property
+  def scalar(self) -> DType: return self if self.count == 1 else dtypes.by_fmt[self.fmt]
+  def __repr__(self): return f"dtypes.{self.name}"
+
+class dtypes:
+  bool = DType(0, 1, "bool", "?")
+  int8 = char = DType(1, 1, "char", "b")
+  uint8 = uchar = DType(2, 1, "uchar", "B")
+  uint32 = uint = DType(3, 4, "uint", "I")
+  int32 = int = DType(4, 4, "int", "i")
+  int64 = long = DType(5, 8, "long", "q")
+  float16 = half = DType(6, 2, "half", "e")
+  float32 = float = DType(7, 4, "float", "f")
+  all = (bool, int8, uint8, uint32, int32, int64, float16, float32)
+  by_fmt = {d.fmt: d for d in all} | {"l": int64, "h": int32, "H": int32, "L": int64, "c": uint8}
+  @staticmethod
+  def is_float(d:DType) -> bool: return d.scalar in (dtypes.float16, dtypes.float32)
+  @staticmethod
+  def is_int(d:DType) -> bool: return d.scalar in (dtypes.int8, dtypes.uint8, dtypes.uint32, dtypes.int32, dtypes.int64)
+  @staticmethod
+  def is_unsigned(d:DType) -> bool: return d.scalar in (dtypes.uint8, dtypes.uint32)
+  @staticmethod
+  def of(x) -> DType:
+    if isinstance(x, DType): return x
+    if isinstance(x, str) and isinstance(getattr(dtypes, x, None), DType): return getattr(dtypes, x)
+    raise TypeError(f"{x!r} is not a dtype; use one of {', '.join(d.name for d in dtypes.all)}")
+  @staticmethod
+  def limits(d:DType) -> tuple[int, int]:
+    bits = 8 * d.itemsize
+    return (0, 2**bits - 1) if dtypes.is_unsigned(d) else (-2**(bits-1), 2**(bits-1) - 1)
+  @staticmethod
+  def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.scalar == dtypes.bool else int
+
+def truncate(d:DType, x):
+  """A Python number as the machine would hold it in dtype d (ints wrap, floats round to their width)."""
+  if d == dtypes.bool: return bool(x)
+  if dtypes.is_int(d):
+    bits = 8 * d.itemsize
+    x = int(x) & ((1 << bits) - 1)
+    return x - (1 << bits) if not dtypes.is_unsigned(d) and x >= 1 << (bits - 1) else x
+  try: return struct.unpack(d.fmt, struct.pack(d.fmt, x))[0]
+  except OverflowError: return math.copysign(math.inf, x)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# UOp: one immutable, hash-consed node type for every level of the compiler, from tensors to rendered lines.
+
+class Ops(Enum):
+  # tensor level
+  BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
+  # kernel level
+  PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
+  DEFINE_LOCAL = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); END = auto(); BARRIER = auto()
+  VECTORIZE = auto(); GEP = auto(); CAST = auto(); BITCAST = auto()
+  # ALU
+  NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto()
+  ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
+  AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
+
+class GroupOp:
+  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
+  Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
+            Ops.SHL, Ops.SHR}
+  ALU = Unary | Binary | {Ops.WHERE}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
+  Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+
+def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+def _safe(f):
+  def g(*a):
+    try: return f(*a)
+    except (ValueError, ZeroDivisionError): return math.nan
+    except OverflowError: return math.inf
+  return g
+# C semantics for every ALU op: integer division truncates toward zero, as it does in C, CUDA and Metal.
+python_alu: dict[Ops, Callable] = {
+  Ops.NEG: operator.neg, Ops.EXP2: _safe(lambda x: 2.0**x), Ops.SIN: _safe(math.sin),
+  Ops.LOG2: lambda x: math.log2(x) if x > 0 else -math.inf if x == 0 else math.nan,
+  Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
+  Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
+  Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b else a,
+  Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0, Ops.MOD: lambda a, b: a - b*_trunc_div(a, b) if b != 0 else 0,
+  Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
+  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: operator.lshift, Ops.SHR: operator.rshift,
+  Ops.WHERE: lambda c, a, b: a if c else b}
+
+def exec_alu(op:Ops, dtype:DType, srcs:Sequence) -> Any: return truncate(dtype, python_alu[op](*srcs))
+
+class MathMixin:
+  """Operator sugar shared by UOp (builds graphs) and UPat (builds patterns)."""
+  def _binop(self, op:Ops, other, reverse:bool): raise NotImplementedError
+  def __add__(self, x): return self._binop(Ops.ADD, x, False)
+  def __radd__(self, x): return self._binop(Ops.ADD, x, True)
+  def __mul__(self, x): return self._binop(Ops.MUL, x, False)
+  def __rmul__(self, x): return self._binop(Ops.MUL, x, True)
+  def __floordiv__(self, x): return self._binop(Ops.IDIV, x, False)
+  def __mod__(self, x): return self._binop(Ops.MOD, x, False)
+  def __lt__(self, x): return self._binop(Ops.CMPLT, x, False)
+  def __and__(self, x): return self._binop(Ops.AND, x, False)
+  def ne(self, x): return self._binop(Ops.CMPNE, x, False)
+  def maximum(self, x): return self._binop(Ops.MAX, x, False)
+
+def _key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # keeps -0.0, 0.0 and nan apart
+
+class UOpMeta(type):
+  cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+  def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
+    key = (op, dtype, src, _key(arg))
+    if (u := UOpMeta.cache.get(key)) is None: UOpMeta.cache[key] = u = super().__call__(op, dtype, src, arg)
+    return u
+
+class UOp(MathMixin, metaclass=UOpMeta):
+  """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality."""
+  def __init__(self, op:Ops, dtype:DType|None, src:tuple[UOp, ...], arg:Any):
+    self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+  def __repr__(self): return f"UOp({self.op}, {self.dtype}, arg={self.arg!r}, src=({', '.join(str(s.op) for s in self.src)}))"
+  def replace(self, **kw) -> UOp:
+    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+  @staticmethod
+  def const(dtype:DType, value) -> UOp: return UOp(Ops.CONST, dtype, (), dtypes.python(dtype)(value))
+  def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
+  def alu(self, op:Ops, *srcs:UOp) -> UOp:
+    dtype = dtypes.bool if op in GroupOp.Compare else (srcs[0] if op is Ops.WHERE else self).dtype
+    return UOp(op, dtype, (self,) + srcs)
+  def _binop(self, op, x, reverse):
+    x = x if isinstance(x, UOp) else self.const_like(x)
+    return x.alu(op, self) if reverse else self.alu(op, x)
+  def where(self, a:UOp, b:UOp) -> UOp: return self.alu(Ops.WHERE, a, b)
+  def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+  @functools.cached_property
+  def toposort(self) -> list[UOp]:
+    """Every node this one depends on, sources first. Iterative: long elementwise chains would overflow recursion."""
+    order, seen, stack = [], set(), [(self, False)]
+    while stack:
+      u, done = stack.pop()
+      if done: order.append(u)
+      elif u not in seen:
+        seen.add(u)
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+    return order
+  @functools.cached_property
+  def shape(self) -> tuple[int, ...]:
+    """The shape of a tensor-level node; ALU sources already share one."""
+    if self.op is Ops.BUFFER: return (self.arg.size,)
+    if self.op is Ops.PARAM: return (self.arg[1],)
+    if self.op is Ops.IOTA: return (self.arg,)
+    if self.op is Ops.CONST: return ()
+    if self.op is Ops.VIEW: return self.arg.shape
+    if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
+    return self.src[-1].shape
+  def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
+  def const_factor(self) -> int:
+    """The largest integer this int expression is provably a multiple of."""
+    if self.op is Ops.CONST: return abs(self.arg)
+    if self.op is Ops.MUL and self.src[1].op is Ops.CONST: return abs(self.src[1].arg) * self.src[0].const_factor()
+    if self.op is Ops.ADD: return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+    return 1
+
+  # value bounds of int expressions: what index simplification and gate removal reason with
+  @functools.cached_property
+  def bounds(self) -> tuple:
+    if self.op is Ops.CONST: return (self.arg, self.arg)
+    if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.src[0].arg - 1)
+    if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
+    if self.op in GroupOp.ALU and all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool)
+                                      for s in self.src[-2:]):
+      if (b := _alu_bounds(self.op, *[s.bounds for s in self.src])) is not None: return b
+    if dtypes.is_int(self.dtype): return dtypes.limits(self.dtype)
+    return (False, True) if self.dtype == dtypes.bool else (-math.inf, math.inf)
+  @property
+  def vmin(self): return self.bounds[0]
+  @property
+  def vmax(self): return self.bounds[1]
+
+def _alu_bounds(op:Ops, a, b=None, c=None):
+  if op is Ops.ADD: return (a[0]+b[0], a[1]+b[1])
+  if op is Ops.NEG: return (-a[1], -a[0])
+  if op is Ops.MUL: return (min(p := [x*y for x in a for y in b]), max(p))
+  if op is Ops.MAX: return (max(a[0], b[0]), max(a[1], b[1]))
+  if op in (Ops.IDIV, Ops.MOD) and b[0] == b[1] and b[0] > 0 and a[0] >= 0:
+    if op is Ops.IDIV: return (a[0]//b[0], a[1]//b[0])
+    return (a[0] % b[0], a[1] % b[0]) if a[0]//b[0] == a[1]//b[0] else (0, b[0]-1)
+  if op is Ops.CMPLT: return (a[1] < b[0], a[0] < b[1])
+  if op is Ops.CMPNE: return (a[1] < b[0] or b[1] < a[0], not (a[0] == a[1] == b[0] == b[1]))
+  if op is Ops.CMPEQ: return (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0]))
+  if op is Ops.AND and a[1] is not None and isinstance(a[0], bool): return (a[0] and b[0], a[1] and b[1])
+  if op is Ops.WHERE: return (min(b[0], c[0]), max(b[1], c[1])) if a[0] != a[1] else (b if a[0] else c)
+  return None
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pattern matcher: every transformation that can be a rule is one. A rule is (UPat, fn(**captures) -> UOp | None).
+
+class UPat(MathMixin):
+  """src as a tuple matches in order; as a list, in any order (commutative ops); a name twice binds the same node."""
+  def __init__(self, op=None, dtype=None, src=None, arg=None, name:str|None=None):
+    self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
+    self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
+    self.src, self.arg, self.name = src, arg, name
+  @staticmethod
+  def var(name:str|None=None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name:str|None=None, dtype=None) -> UPat: return UPat(Ops.CONST, dtype, name=name)
+  def _binop(self, op, x, reverse):
+    x = x if isinstance(x, UPat) else UPat(Ops.CONST, arg=x)
+    srcs = (x, self) if reverse else (self, x)
+    return UPat(op, src=list(srcs) if op in GroupOp.Commutative else srcs)
+
+  def match(self, u:UOp, store:dict) -> list[dict]:
+    if (self.op is not None and u.op not in self.op) or (self.dtype is not None and u.dtype not in self.dtype) or \
+       (self.arg is not None and (u.arg != self.arg or type(u.arg) is bool and type(self.arg) is not bool)): return []
+    if self.name is not None and store.setdefault(self.name, u) is not u: return []
+    if self.src is None: return [store]
+    orders = itertools.permutations(self.src) if isinstance(self.src, list) else [self.src]
+    matches = []
+    for pats in orders:
+      if len(pats) != len(u.src): continue
+      stores = [store]
+      for p, s in zip(pats, u.src): stores = [m for st in stores for m in p.match(s, dict(st))]
+      matches.extend(stores)
+    return matches
+
+class PatternMatcher:
+  def __init__(self, rules:list[tuple[UPat, Callable]]):
+    self.rules, self.pdict = rules, defaultdict(list)
+    for pat, fn in rules:
+      for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
+  def __add__(self, other:PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
+  def rewrite(self, u:UOp, ctx=None) -> UOp|None:
+    for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
+      for captures in pat.match(u, {}):
+        if (out := fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)) is not None and out is not u: return out
+    return None
+
+def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
+  """Rewrite sources first, then the node; a node a rule returns is itself rewritten, so all reach a fixed point."""
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, int, UOp|None]] = [(sink, 0, None)]
+  while stack:
+    u, stage, new = stack.pop()
+    if u in done: continue
+    if stage == 0:
+      stack.append((u, 1, None))
+      stack.extend((s, 0, None) for s in reversed(u.src) if s not in done)
+    elif stage == 1:
+      src = tuple(done[s] for s in u.src)
+      node = u if src == u.src else u.replace(src=src)
+      if (out := pm.rewrite(node, ctx)) is None: done[u] = node
+      else: stack += [(u, 2, out), (out, 0, None)]
+    else: done[u] = done[new]
+  return done[sink]
+
+def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:
+  """Replace nodes once, bottom-up. Unlike a rewrite, a replacement is not rewritten again (r -> r+1 stays)."""
+  done: dict[UOp, UOp] = {}
+  for u in sink.toposort:
+    src = tuple(done[s] for s in u.src)
+    done[u] = mapping[u] if u in mapping else u if src == u.src else u.replace(src=src)
+  return done[sink]
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Symbolic rules: constant folding, identities, and the index algebra that makes a float4 address `gidx0*4` with no
+# division left. C's `/` and `%` truncate where Python's floor, so div/mod rules only fire where bounds prove x >= 0.
+
+ints = (dtypes.int32, dtypes.int64)
+x, y, c0, c1 = UPat.var("x"), UPat.var("y"), UPat.cvar("c0"), UPat.cvar("c1")
+xi, yi = UPat.var("x", ints), UPat.var("y", ints)
+
+def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
+  """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides."""
+  if c.arg <= 0 or x.vmin < 0: return None
+  if op is Ops.MOD and x.vmax < c.arg: return x
+  whole = [t for t in x.terms() if t.const_factor() % c.arg == 0]
+  if not whole: return None
+  rest = [t for t in x.terms() if t.const_factor() % c.arg != 0]
+  rem = functools.reduce(operator.add, rest) if rest else x.const_like(0)
+  if rem.vmin < 0: return None
+  if op is Ops.MOD: return rem % c.arg
+  return functools.reduce(operator.add, [exact_div(t, c.arg) for t in whole]) + rem // c.arg
+
+def exact_div(t:UOp, c:int) -> UOp:
+  if t.op is Ops.CONST: return t.const_like(t.arg // c)
+  if t.src[1].arg % c == 0: return t.src[0] * (t.src[1].arg // c)
+  return exact_div(t.src[0], c // math.gcd(c, t.src[1].arg)) * (t.src[1].arg // math.gcd(c, t.src[1].arg))
+
+def is_const(u:UOp) -> bool: return u.op is Ops.CONST
+
+symbolic = PatternMatcher([
+  # constant folding, and an int expression whose bounds pin one value is that value
+  (UPat(GroupOp.ALU, name="a"), lambda a: a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
+    if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
+  (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
+    lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
+  # identities
+  (x + 0, lambda x: x),                                                 # x+0 -> x
+  (x * 1, lambda x: x),                                                 # x*1 -> x
+  (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
+  (x // 1, lambda x: x),                                                # x//1 -> x
+  (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x
+  (UPat(Ops.WHERE, src=(UPat.var(), x, x)), lambda x: x),               # c ? x : x -> x
+  (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),
+  # canonical order: constants last, so the rules below see one shape
+  (UPat(GroupOp.Commutative, src=(c0, x), name="a"), lambda a, c0, x: None if is_const(x) else a.replace(src=(x, c0))),
+  ((xi + c0) + c1, lambda x, c0, c1: x + (c0.arg + c1.arg)),            # (x+c0)+c1 -> x+(c0+c1)
+  ((xi * c0) * c1, lambda x, c0, c1: x * (c0.arg * c1.arg)),            # (x*c0)*c1 -> x*(c0*c1)
+  (UPat(Ops.ADD, src=(xi + c0, yi)), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
+  ((xi + yi) * c0, lambda x, y, c0: x * c0 + y * c0),                   # (x+y)*c -> x*c+y*c
+  # like terms
+  (xi * c0 + xi * c1, lambda x, c0, c1: x * (c0.arg + c1.arg)),         # x*c0+x*c1 -> x*(c0+c1)
+  (xi + xi * c0, lambda x, c0: x * (c0.arg + 1)),                       # x+x*c -> x*(c+1)
+  (xi + xi, lambda x: x * 2),                                           # x+x -> x*2
+  # division and remainder by a constant
+  (xi // c0, lambda x, c0: fold_divmod(x, c0, Ops.IDIV)),
+  (xi % c0, lambda x, c0: fold_divmod(x, c0, Ops.MOD)),
+  ((xi // c0) // c1, lambda x, c0, c1: x // (c0.arg * c1.arg) if x.vmin >= 0 and c0.arg > 0 and c1.arg > 0 else None),
+  ((xi % c0) // c1, lambda x, c0, c1: (x // c1.arg) % (c0.arg // c1.arg)          # (x%(k*c))//c -> (x//c)%k
+    if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
+  ((xi % c0) % c1, lambda x, c0, c1: x % c1.arg if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
+  (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
+  # comparisons
+  (xi + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),              # x+c0<c1 -> x<c1-c0
+  (c0 < xi + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),
+])
+
+def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Views: movement ops never move data. A View maps an index tuple to (address, valid); pad makes `valid` through a
+# mask. A reshape that can't be folded into the last view stacks a new one (ShapeTracker = views, outermost last).
+
+def strides_for(shape:tuple[int, ...]) -> tuple[int, ...]:
+  out, acc = [], 1
+  for s in reversed(shape): out.append(acc if s != 1 else 0); acc *= s
+  return tuple(reversed(out))
+
+def reshape_strides(shape, strides, new_shape) -> tuple[int, ...]|None:
+  """Strides for new_shape over the same memory, or None when a new dim would straddle dims that don't chain."""
+  old = [[s, st] for s, st in zip(shape, strides) if s != 1]
+  out = []
+  for n in reversed(new_shape):
+    acc, stride = 1, 0
+    while acc < n:
+      if not old: return None
+      size, st = old[-1]
+      if acc == 1: stride = st
+      elif st != stride * acc: return None
+      need = n // acc
+      if size <= need:
+        if need % size: return None
+        acc *= size; old.pop()
+      else:
+        if size % need: return None
+        old[-1] = [size // need, st * need]; acc *= need
+    out.append(stride if n != 1 else 0)
+  return tuple(reversed(out)) if not old else None
+
+@dataclass(frozen=True)
+class View:
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  offset: int = 0
+  mask: tuple[tuple[int, int], ...]|None = None
+  @staticmethod
+  def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
+  @property
+  def is_contiguous(self) -> bool: return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
+
+  def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
+    addr = UOp.const(dtypes.int, self.offset)
+    for i, s, st in zip(idxs, self.shape, self.strides):
+      if s != 1 and st != 0: addr = addr + i * st
+    valid = None
+    for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()):
+      for term in ([UOp.const(dtypes.int, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else []):
+        valid = term if valid is None else valid & term
+    return addr, valid
+
+  def reshape(self, shape:tuple[int, ...]) -> View|None:
+    if self.mask is not None:  # a masked view only folds a reshape that adds or drops size-1 dims
+      if [s for s in shape if s != 1] != [s for s in self.shape if s != 1]: return None
+      real = iter([(m, st) for s, m, st in zip(self.shape, self.mask, self.strides) if s != 1])
+      kept = [next(real) if s != 1 else ((0, 1), 0) for s in shape]
+      return View(shape, tuple(st for _, st in kept), self.offset, tuple(m for m, _ in kept))
+    strides = reshape_strides(self.shape, self.strides, shape)
+    return None if strides is None else View(shape, strides, self.offset)
+  def permute(self, order) -> View:
+    pick = lambda xs: tuple(xs[i] for i in order)  # noqa: E731
+    return View(pick(self.shape), pick(self.strides), self.offset, None if self.mask is None else pick(self.mask))
+  def expand(self, shape) -> View:
+    mask = None if self.mask is None else tuple(m if s == n else ((0, n) if m != (0, 0) else m)
+                                                for m, s, n in zip(self.mask, self.shape, shape))
+    return View(tuple(shape), tuple(st if s == n else 0 for st, s, n in zip(self.strides, self.shape, shape)),
+                self.offset, mask)
+  def shrink(self, arg) -> View:
+    mask = None if self.mask is None else tuple((max(0, lo-b), max(0, min(hi-b, e-b))) for (lo, hi), (b, e) in
+                                                zip(self.mask, arg))
+    return View(tuple(e-b for b, e in arg), self.strides, self.offset + sum(b*st for (b, _), st in zip(arg, self.strides)),
+                mask)
+  def pad(self, arg) -> View:
+    mask = tuple((lo+b, hi+b) for (lo, hi), (b, _) in zip(self.mask or [(0, s) for s in self.shape], arg))
+    return View(tuple(s+b+a for s, (b, a) in zip(self.shape, arg)), self.strides,
+                self.offset - sum(b*st for (b, _), st in zip(arg, self.strides)), mask)
+  def flip(self, axes) -> View:
+    mask = None if self.mask is None else tuple((s-hi, s-lo) if i in axes else (lo, hi)
+                                                for i, (s, (lo, hi)) in enumerate(zip(self.shape, self.mask)))
+    return View(self.shape, tuple(-st if i in axes else st for i, st in enumerate(self.strides)),
+                self.offset + sum((s-1)*st for i, (s, st) in enumerate(zip(self.shape, self.strides)) if i in axes), mask)
+
+@dataclass(frozen=True)
+class ShapeTracker:
+  views: tuple[View, ...]
+  @staticmethod
+  def contiguous(shape) -> ShapeTracker: return ShapeTracker((View.contiguous(shape),))
+  @property
+  def shape(self) -> tuple[int, ...]: return self.views[-1].shape
+  @property
+  def is_contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].is_contiguous
+  def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
+    """Address and validity of an element: evaluate the outer view, then unravel its address into each inner view."""
+    addr, valid = self.views[-1].index(idxs)
+    for view in reversed(self.views[:-1]):
+      idxs = [(addr // st) % s if st else addr.const_like(0) for s, st in zip(view.shape, strides_for(view.shape))]
+      addr, inner = view.index(idxs)
+      valid = inner if valid is None else valid if inner is None else valid & inner
+    return addr, valid
+  def _apply(self, fn, *arg) -> ShapeTracker: return ShapeTracker(self.views[:-1] + (getattr(self.views[-1], fn)(*arg),))
+  def reshape(self, shape) -> ShapeTracker:
+    if (view := self.views[-1].reshape(tuple(shape))) is not None: return ShapeTracker(self.views[:-1] + (view,))
+    return ShapeTracker(self.views + (View.contiguous(shape),))
+  def permute(self, order) -> ShapeTracker: return self._apply("permute", order)
+  def expand(self, shape) -> ShapeTracker: return self._apply("expand", shape)
+  def shrink(self, arg) -> ShapeTracker: return self._apply("shrink", arg)
+  def pad(self, arg) -> ShapeTracker: return self._apply("pad", arg)
+  def flip(self, axes) -> ShapeTracker: return self._apply("flip", axes)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
+# The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
+
+def _flatten(data) -> tuple[list, tuple[int, ...]]:
+  if not isinstance(data, (list, tuple)): return [data], ()
+  if not data: return [], (0,)
+  parts = [_flatten(d) for d in data]
+  if any(shape != parts[0][1] for _, shape in parts): raise ValueError(f"ragged nested list: can't make a tensor of {data!r}")
+  return [v for vals, _ in parts for v in vals], (len(data),) + parts[0][1]
+
+def _dtype_of_scalar(v) -> DType:
+  return dtypes.bool if isinstance(v, bool) else dtypes.int32 if isinstance(v, int) else dtypes.float32
+
+def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
+  n = max(len(s) for s in shapes)
+  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for dims in zip(*padded):
+    sizes = {d for d in dims if d != 1}
+    if len(sizes) > 1: raise ValueError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together")
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
+
+class Tensor:
+  _seed, _counter = 0, 0
+  def __init__(self, data, dtype:DType|str|None=None, device:str|None=None):
+    dtype = None if dtype is None else dtypes.of(dtype)
+    self.device = device or Device.DEFAULT
+    if isinstance(data, UOp): self.uop = data; return
+    if isinstance(data, (bool, int, float)):
+      self.uop = UOp.const(dtype or _dtype_of_scalar(data), data); return
+    if isinstance(data, (list, tuple)):
+      vals, shape = _flatten(data)
+      dtype = dtype or (dtypes.float32 if any(isinstance(v, float) for v in vals) else dtypes.int32
+                        if any(not isinstance(v, bool) for v in vals) else dtypes.bool if vals else dtypes.float32)
+      py = dtypes.python(dtype)
+      raw, fmt = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, py(v)) for v in vals]), dtype
+    else:
+      try: mv = memoryview(data)
+      except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
+      fmt = mv.format.lstrip("@=<")
+      if fmt not in dtypes.by_fmt: raise TypeError(f"buffer format {mv.format!r} has no tiny dtype")
+      shape, fmt = mv.shape or (), dtypes.by_fmt[fmt]
+      if fmt.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
+      raw = mv.tobytes()
+      if dtype is not None and dtype != fmt: self.uop = Tensor(raw and mv, device=device).cast(dtype).uop; return
+      dtype = fmt
+    buf = Buffer(self.device, prod(shape), dtype)
+    buf.copyin(memoryview(raw))
+    self.uop = UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), buf),), ShapeTracker.contiguous(shape))
+
+  # --- properties
+  @property
+  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def __len__(self):
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self): return f"<Tensor {self.uop.op.name} {self.shape} {self.dtype.name} on {self.device}>"
+
+  # --- creation
+  @staticmethod
+  def _shape(shape) -> tuple[int, ...]: return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+  @staticmethod
+  def full(shape, value, dtype=None, device=None) -> Tensor:
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
+  @staticmethod
+  def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._shape(shape), 0.0, dtype or dtypes.float, device)
+  @staticmethod
+  def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._shape(shape), 1.0, dtype or dtypes.float, device)
+  @staticmethod
+  def empty(*shape, dtype=None, device=None) -> Tensor:
+    shape, dtype = Tensor._shape(shape), dtypes.of(dtype or dtypes.float)
+    buf = UOp(Ops.BUFFER, dtype, (), Buffer(device or Device.DEFAULT, prod(shape), dtype))
+    return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
+  @staticmethod
+  def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
+    if stop is None: start, stop = 0, start
+    n = max(0, math.ceil((stop - start) / step))
+    dtype = dtype or (dtypes.float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int)
+    return Tensor(UOp(Ops.IOTA, dtypes.int, (), n), device=device).cast(dtype) * step + start
+  @staticmethod
+  def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
+    rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
+    return (rows == cols).cast(dtype or dtypes.float)
+  def full_like(self, value, dtype=None) -> Tensor: return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
+  def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
+  def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
+
+  @staticmethod
+  def manual_seed(seed:int=0): Tensor._seed, Tensor._counter = seed, 0
+  @staticmethod
+  def _bits(shape, device=None) -> Tensor:
+    """32 random bits per element: a counter-based hash of (seed, counter + index), computed on the device. The
+    counter advances when the op is created, so each rand differs and repeats whatever order it is realized in."""
+    n = prod(shape)
+    start, Tensor._counter = Tensor._counter, Tensor._counter + n
+    x = Tensor(UOp(Ops.IOTA, dtypes.int, (), n), device=device).cast(dtypes.uint32)
+    x = x + (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32
+    for mul in (0x7FEB352D, 0x846CA68B):  # the lowbias32 integer hash: xor-shift, multiply, twice
+      x = (x ^ (x >> 16)) * mul
+    return (x ^ (x >> 16)).reshape(shape)
+  @staticmethod
+  def rand(*shape, dtype=None, device=None) -> Tensor:
+    bits = Tensor._bits(Tensor._shape(shape), device)
+    return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
+  @staticmethod
+  def randn(*shape, dtype=None, device=None) -> Tensor:
+    shape = Tensor._shape(shape)
+    u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
+    return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
+
+  # --- elementwise
+  def _const(self, v) -> Tensor:
+    if isinstance(v, Tensor): return v
+    if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
+    dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) or (isinstance(v, int) and self.dtype != dtypes.bool) \
+      else _dtype_of_scalar(v)
+    return Tensor(v, dtype, self.device)
+  def _broadcast(self, *others) -> list[Tensor]:
+    ts = [self] + [self._const(o) for o in others]
+    shape = broadcast_shape(*[t.shape for t in ts])
+    dtype = max((t.dtype for t in ts), key=lambda d: d.priority)
+    return [t.cast(dtype)._expand_to(shape) for t in ts]
+  def _expand_to(self, shape) -> Tensor:
+    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) else self
+  def _alu(self, op:Ops, *others) -> Tensor:
+    ts = self._broadcast(*others)
+    return Tensor(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]), device=self.device)
+  def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
+  def _unary(self, op:Ops) -> Tensor:  # transcendentals run in float32: half versions are not in every dialect
+    x = self._float()
+    return Tensor(x.cast(dtypes.float).uop.alu(op), device=self.device).cast(x.dtype)
+
+  def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
+  def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
+  def sub(self, x) -> Tensor: a, b = self._broadcast(x); return a + (-b)
+  def div(self, x) -> Tensor: a, b = self._broadcast(x); return a._float() * b._float().reciprocal()
+  def neg(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else Tensor(self.uop.alu(Ops.NEG), device=self.device)
+  def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)
+  def __add__(self, x): return self.add(x)
+  def __radd__(self, x): return self._const(x).add(self)
+  def __sub__(self, x): return self.sub(x)
+  def __rsub__(self, x): return self._const(x).sub(self)
+  def __mul__(self, x): return self.mul(x)
+  def __rmul__(self, x): return self._const(x).mul(self)
+  def __truediv__(self, x): return self.div(x)
+  def __rtruediv__(self, x): return self._const(x).div(self)
+  def __neg__(self): return self.neg()
+  def __matmul__(self, x): return self.matmul(x)
+  def __rmatmul__(self, x): return self._const(x).matmul(self)
+  def __lt__(self, x): return self._alu(Ops.CMPLT, x)
+  def __gt__(self, x): return self._const(x)._alu(Ops.CMPLT, self)
+  def __ge__(self, x): return (self < x).logical_not()
+  def __le__(self, x): return (self > x).logical_not()
+  def __eq__(self, x): return self._alu(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self, x): return self._alu(Ops.CMPNE, x)  # type: ignore[override]
+  __hash__ = object.__hash__
+  def _bitop(self, op:Ops, x) -> Tensor:
+    if dtypes.is_float(self.dtype) or isinstance(x, Tensor) and dtypes.is_float(x.dtype) or isinstance(x, float):
+      raise TypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype.name}")
+    return self._alu(op, x)
+  def __and__(self, x): return self._bitop(Ops.AND, x)
+  def __or__(self, x): return self._bitop(Ops.OR, x)
+  def __xor__(self, x): return self._bitop(Ops.XOR, x)
+  def __rshift__(self, n:int): return self._bitop(Ops.SHR, n)
+  def __lshift__(self, n:int): return self._bitop(Ops.SHL, n)
+  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, True)
+  def maximum(self, x) -> Tensor: return self._alu(Ops.MAX, x)
+  def minimum(self, x) -> Tensor: a, b = self._broadcast(x); return -((-a).maximum(-b)) if a.dtype != dtypes.bool else a & b
+  def where(self, x, y) -> Tensor:
+    cond, x, y = self.cast(dtypes.bool)._broadcast(x, y)
+    x, y = x._broadcast(y)
+    return Tensor(cond.cast(dtypes.bool).uop.alu(Ops.WHERE, x.uop, y.uop), device=self.device)
+  def cast(self, dtype) -> Tensor: return Tensor(self.uop.cast(dtypes.of(dtype)), device=self.device)
+  def float(self) -> Tensor: return self.cast(dtypes.float)
+  def half(self) -> Tensor: return self.cast(dtypes.half)
+  def int(self) -> Tensor: return self.cast(dtypes.int)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+
+  def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
+  def log2(self) -> Tensor: return self._unary(Ops.LOG2)
+  def exp(self) -> Tensor: return (self._float() * (1 / math.log(2))).exp2()
+  def log(self) -> Tensor: return self.log2() * math.log(2)
+  def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
+  def sin(self) -> Tensor: return self._unary(Ops.SIN)
+  def cos(self) -> Tensor: return (self._float() + math.pi / 2).sin()
+  def relu(self) -> Tensor: return self.maximum(0)
+  def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
+  def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
+  def abs(self) -> Tensor: return self.maximum(-self) if self.dtype != dtypes.bool else self
+  def square(self) -> Tensor: return self * self
+
+  # --- reductions
+  def _axes(self, axis) -> tuple[int, ...]:
+    axes = range(self.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
+    return tuple(sorted({self._dim(a) for a in axes}))
+  def _dim(self, d:int, extra:int=0) -> int:
+    n = self.ndim + extra
+    if not -max(n, 1) <= d < max(n, 1): raise IndexError(f"dimension {d} is out of range for a tensor of shape {self.shape}")
+    return d % n if n else 0
+  def _reduce(self, op:Ops, axis, keepdim:bool) -> Tensor:
+    axes = self._axes(axis)
+    out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
+    return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  def sum(self, axis=None, keepdim=False) -> Tensor:
+    x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
+    return x._reduce(Ops.ADD, axis, keepdim)
+  def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
+  def min(self, axis=None, keepdim=False) -> Tensor:
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
+      top = dtypes.limits(self.dtype)[1] if self.dtype != dtypes.bool else True
+      return (top - self.cast(dtypes.int)).max(axis, keepdim).mul(-1).add(top).cast(self.dtype)
+    return -((-self).max(axis, keepdim))
+  def mean(self, axis=None, keepdim=False) -> Tensor:
+    out = self._float().sum(axis, keepdim)
+    return out * (out.numel() / max(self.numel(), 1)) if self.numel() else out
+  def softmax(self, axis=-1) -> Tensor:
+    e = (self._float() - self.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+  def log_softmax(self, axis=-1) -> Tensor:
+    m = self._float() - self.max(axis, keepdim=True)
+    return m - m.exp().sum(axis, keepdim=True).log()
+
+  # --- movement: each one a view change, no data moves
+  def _view(self, fn:str, arg) -> Tensor:
+    u = self.uop
+    base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
+    return Tensor(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)), device=self.device)
+  def reshape(self, *shape) -> Tensor:
+    shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._shape(shape))]
+    if shape.count(-1) > 1: raise ValueError(f"reshape to {tuple(shape)}: only one dimension can be -1")
+    if -1 in shape:
+      rest = prod(s for s in shape if s != -1)
+      shape[shape.index(-1)] = self.numel() // rest if rest else 0
+    if prod(shape) != self.numel() or any(s < 0 for s in shape):
+      raise ValueError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
+    return self if tuple(shape) == self.shape else self._view("reshape", tuple(shape))
+  def permute(self, *order) -> Tensor:
+    order = tuple(self._dim(d) for d in Tensor._shape(order))
+    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute {order} is not an order of {self.ndim} dims")
+    return self._view("permute", order)
+  def expand(self, *shape) -> Tensor:
+    shape = Tensor._shape(shape)
+    shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
+    if broadcast_shape(self.shape, shape) != shape: raise ValueError(f"can't expand {self.shape} to {shape}")
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+    return x if x.shape == shape else x._view("expand", shape)
+  def pad(self, padding, value=0.0) -> Tensor:
+    if all(isinstance(p, int) for p in padding):  # flat, torch order: the last dim first
+      if len(padding) % 2: raise ValueError(f"flat padding {padding} needs pairs")
+      pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
+      padding = [(0, 0)] * (self.ndim - len(pairs)) + pairs
+    padding = tuple((0, 0) if p is None else tuple(p) for p in padding)
+    if len(padding) != self.ndim: raise ValueError(f"padding {padding} doesn't match shape {self.shape}")
+    if any(b < 0 or a < 0 for b, a in padding): return self.shrink(tuple((-min(b, 0), s + min(a, 0))
+      for s, (b, a) in zip(self.shape, padding))).pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value)
+    out = self._view("pad", padding)
+    if value == 0: return out
+    return Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(padding).where(out, value)
+  def shrink(self, arg) -> Tensor:
+    arg = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
+    if len(arg) != self.ndim or any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
+      raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
+    return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view("shrink", arg)
+  def flip(self, axis) -> Tensor: return self._view("flip", self._axes(axis))
+  def transpose(self, dim0=1, dim1=0) -> Tensor:
+    order = list(range(self.ndim))
+    order[self._dim(dim0)], order[self._dim(dim1)] = order[self._dim(dim1)], order[self._dim(dim0)]
+    return self.permute(order)
+  @property
+  def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
+  def squeeze(self, dim=None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    d = self._dim(dim)
+    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d+1:])
+  def unsqueeze(self, dim:int) -> Tensor:
+    d = self._dim(dim, extra=1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+  def flatten(self, start_dim=0, end_dim=-1) -> Tensor:
+    if not self.shape: return self.reshape(1)
+    s, e = self._dim(start_dim), self._dim(end_dim)
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e+1]),) + self.shape[e+1:])
+  def _stride(self, dim:int, step:int) -> Tensor:
+    """Every step-th element along dim: pad to a multiple of step, split the dim in two, keep the first column."""
+    n = self.shape[dim]
+    x = self.pad(tuple((0, -n % step) if i == dim else (0, 0) for i in range(self.ndim)))
+    x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
+    return x.shrink(tuple((0, 1) if i == dim + 1 else None for i in range(x.ndim))).reshape(
+      self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
+  def __getitem__(self, idx) -> Tensor:
+    idx = list(idx) if isinstance(idx, tuple) else [idx]
+    if idx.count(Ellipsis) > 1: raise IndexError("an index can only have one ellipsis")
+    used = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if used > self.ndim: raise IndexError(f"too many indices ({used}) for a tensor of shape {self.shape}")
+    at = idx.index(Ellipsis) if Ellipsis in idx else len(idx)
+    idx[at:at+1] = [slice(None)] * (self.ndim - used)
+    x, dim, squeeze = self, 0, []
+    for i in idx:
+      if i is None: x = x.unsqueeze(dim); dim += 1; continue
+      n = x.shape[dim]
+      if isinstance(i, bool) or not isinstance(i, (int, slice)): raise TypeError(f"can't index a tensor with {i!r}")
+      if isinstance(i, int):
+        if not -n <= i < n: raise IndexError(f"index {i} is out of bounds for dim {dim} of size {n}")
+        i = slice(i % n, i % n + 1); squeeze.append(dim)
+      start, stop, step = i.indices(n)
+      count = len(range(start, stop, step))
+      if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
+      x = x.shrink(tuple((start, start + (count - 1) * step + 1) if d == dim and count else (0, 0) if d == dim else None
+                         for d in range(x.ndim)))
+      if step > 1: x = x._stride(dim, step)
+      dim += 1
+    return x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze)) if squeeze else x
+  def cat(self, *others, dim=0) -> Tensor:
+    ts, d = [self, *others], self._dim(dim)
+    for t in ts:
+      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+        raise ValueError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
+    dtype, total, out, at = max((t.dtype for t in ts), key=lambda x: x.priority), sum(t.shape[d] for t in ts), None, 0
+    for t in ts:
+      part = t.cast(dtype).pad(tuple((at, total - at - t.shape[d]) if i == d else (0, 0) for i in range(self.ndim)))
+      out, at = part if out is None else (out | part if dtype == dtypes.bool else out + part), at + t.shape[d]
+    return out
+  @staticmethod
+  def stack(*ts, dim=0) -> Tensor:
+    d = ts[0]._dim(dim, extra=1)
+    return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
+  def contiguous(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
+  def clone(self) -> Tensor: return self.contiguous()
+
+  # --- composites
+  def dot(self, w:Tensor) -> Tensor:
+    """matmul is reshape + expand + multiply + sum over the shared axis: no special kernel."""
+    w = self._const(w)
+    n1, n2 = self.ndim, w.ndim
+    if n1 == 0 or n2 == 0: raise ValueError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
+    if self.shape[-1] != w.shape[-min(n2, 2)]:
+      raise ValueError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
+    x = self.reshape(self.shape[:-1] + (1,) * min(n1 - 1, n2 - 1, 1) + self.shape[-1:])
+    w = w.reshape(w.shape[:-2] + (1,) * min(n1 - 1, n2 - 1, 1) + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
+    return (x * w).sum(-1)
+  def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
+
+  # --- realization
+  def realize(self, *others:Tensor) -> Tensor:
+    run_schedule(schedule([self, *others]))
+    for t in (self, *others): t.uop = realized.get(t.uop, t.uop)
+    return self
+  def _data(self) -> memoryview:
+    x = self if self.uop.op is Ops.VIEW and self.uop.src[0].op is Ops.BUFFER and self.uop.arg.is_contiguous \
+      else self.contiguous().realize()
+    buf: Buffer = x.uop.src[0].arg
+    return buf.copyout()[:x.numel() * x.dtype.itemsize]
+  def tolist(self):
+    vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self._data()))
+    for s in reversed(self.shape[1:]): vals = [vals[i:i+s] for i in range(0, len(vals), s)]
+    return vals[0] if not self.shape else vals if self.shape[0] else []
+  def item(self):
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    return self.reshape(()).tolist()
+  def numpy(self):
+    import numpy as np
+    return np.frombuffer(self._data(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Scheduler: tensor graph -> kernels. A node becomes a buffer (a kernel output) when it is requested, forced by
+# contiguous(), or holds a reduce that would otherwise be recomputed: a reduce read by several consumers, broadcast
+# back over its reduced axes (softmax's max and sum), or reduced again. Everything else fuses into its consumer.
+# Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores).
+
+@dataclass
+class ScheduleItem:
+  ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
+  bufs: list[Buffer]           # outputs first, then inputs, in PARAM order
+  outs: dict[UOp, UOp]         # computed node -> the buffer view that holds it once this kernel has run
+
+realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # computed node -> the buffer view holding it
+
+def _expands(st:ShapeTracker) -> bool: return any(st == 0 and s > 1 for v in st.views for s, st in zip(v.shape, v.strides))
+
+def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
+  sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
+  sink = substitute(sink, {u: realized[u] for u in sink.toposort if u in realized})
+  order = sink.toposort
+  consumers: dict[UOp, list[UOp]] = defaultdict(list)
+  for u in order:
+    for s in u.src: consumers[s].append(u)
+  outs = [u for u in dict.fromkeys(sink.src) if not (u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous)]
+  realize: set[UOp] = set(outs) | {u for u in order if u.op is Ops.CONTIGUOUS}
+  has_reduce: dict[UOp, bool] = {}
+  for u in order:
+    has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
+    if has_reduce[u] and u.op is not Ops.SINK and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
+       (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize.add(u)
+  # the kernel of each realized node: what it reads, and which realized nodes it depends on
+  reads: dict[UOp, list[UOp]] = {}
+  for r in (u for u in order if u in realize):
+    reads[r], stack, seen = [], list(r.src), set()
+    while stack:
+      u = stack.pop()
+      if u in seen: continue
+      seen.add(u)
+      if u in realize: reads[r].append(u)
+      else: stack.extend(u.src)
+  groups: list[list[UOp]] = []
+  for r in reads:
+    deps = _deps(r, reads)
+    fits = lambda g: not any(has_reduce[o] or o.shape != r.shape or o in deps or o.op is Ops.CONTIGUOUS for o in g)  # noqa: E731
+    group = None if has_reduce[r] or r.op is Ops.CONTIGUOUS else next((g for g in groups if fits(g)), None)
+    if group is None: groups.append([r])
+    else: group.append(r)
+  device = tensors[0].device
+  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
+                  ShapeTracker.contiguous(r.shape)) for r in reads}
+  items = [_kernel(g, views) for g in groups]
+  for t, u in zip(tensors, sink.src):  # the tensor's own node, from before realized parts were substituted in
+    for item in items:
+      if u in item.outs: item.outs[t.uop] = item.outs[u]
+  return items
+
+def _deps(r:UOp, reads:dict[UOp, list[UOp]]) -> set[UOp]:
+  out, stack = set(), list(reads[r])
+  while stack:
+    if (u := stack.pop()) not in out: out.add(u); stack.extend(reads.get(u, []))
+  return out
+
+def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
+  """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
+  bufs: list[Buffer] = []
+  def param(buf:Buffer) -> UOp:
+    if buf not in bufs: bufs.append(buf)
+    return UOp(Ops.PARAM, buf.dtype, (), (bufs.index(buf), buf.size))
+  for o in outs: param(views[o].src[0].arg)
+  def input_buffer(u:UOp) -> Buffer|None:
+    return u.arg if u.op is Ops.BUFFER else views[u].src[0].arg if u in views and u not in outs else None
+  memo: dict[UOp, UOp] = {}
+  def to_ast(u:UOp) -> UOp:
+    if u not in memo:
+      if (buf := input_buffer(u)) is not None: memo[u] = UOp(Ops.VIEW, u.dtype, (param(buf),), ShapeTracker.contiguous(u.shape))
+      elif u.op is Ops.VIEW and (buf := input_buffer(u.src[0])) is not None:  # a buffer is its own contiguous base
+        memo[u] = UOp(Ops.VIEW, u.dtype, (param(buf),), u.arg)
+      else: memo[u] = u.replace(src=tuple(to_ast(s) for s in u.src))
+    return memo[u]
+  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), (i, prod(o.shape))), to_ast(o))) for i, o in enumerate(outs))
+  return ScheduleItem(UOp(Ops.SINK, None, stores), bufs, {o: views[o] for o in outs})
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Lowering, step 1: rangeify. Each output dim becomes a RANGE, each reduced dim a RANGE of its REDUCE; views turn the
+# ranges into addresses and gates. What comes out is index math that the symbolic rules simplify.
+
+KINDS = ("global", "local", "group", "reduce", "upcast", "unroll")  # the order axes appear in a kernel's name
+
+def new_range(size:int, kind:str, ids=itertools.count()) -> UOp:
+  return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(ids), kind)) if size != 1 else UOp.const(dtypes.int, 0)
+
+def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
+  return [(addr // st) % s if s != 1 else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
+
+def identity(op:Ops, dtype:DType) -> UOp:
+  if op is Ops.ADD: return UOp.const(dtype, 0)
+  return UOp.const(dtype, -math.inf if dtypes.is_float(dtype) else False if dtype == dtypes.bool else dtypes.limits(dtype)[0])
+
+def rangeify(ast:UOp) -> UOp:
+  memo: dict[tuple, UOp] = {}
+  def build(u:UOp, idxs:tuple[UOp, ...]) -> UOp:
+    if (u, idxs) in memo: return memo[(u, idxs)]
+    if u.op is Ops.VIEW:
+      addr, valid = u.arg.index(idxs)
+      base = u.src[0]
+      if base.op is Ops.PARAM: out = UOp(Ops.LOAD, u.dtype, (base, addr) + ((valid,) if valid is not None else ()))
+      else:
+        out = base if base.op is Ops.CONST else build(base, tuple(unravel(addr, base.shape)))
+        if valid is not None: out = valid.where(out, out.const_like(0))
+    elif u.op is Ops.IOTA: out = idxs[0]
+    elif u.op is Ops.CONTIGUOUS: out = build(u.src[0], idxs)
+    elif u.op is Ops.REDUCE_AXIS:
+      op, axes = u.arg
+      inner = tuple(new_range(s, "reduce") if i in axes else idx for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs)))
+      ranges = tuple(r for r in inner if r.op is Ops.RANGE and r not in idxs)
+      value = build(u.src[0], inner)
+      out = UOp(Ops.REDUCE, u.dtype, (value,) + ranges, op) if ranges else value
+    else: out = u.replace(src=tuple(build(s, idxs) for s in u.src))
+    memo[(u, idxs)] = out
+    return out
+  shape = ast.src[0].src[1].shape
+  idxs = tuple(new_range(s, "global") for s in shape)
+  addr = View.contiguous(shape).index(idxs)[0]
+  return UOp(Ops.SINK, None, tuple(st.replace(src=(st.src[0], addr, build(st.src[1], idxs))) for st in ast.src))
+
+def ranges(u:UOp, kind:str|None=None) -> list[UOp]:
+  return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.arg[1])), key=lambda r: r.arg[0])
+def count_divmod(u:UOp) -> int: return sum(1 for x in u.toposort if x.op in (Ops.IDIV, Ops.MOD))
+
+def merge_ranges(sink:UOp) -> UOp:
+  """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
+  rs = ranges(sink, "global")
+  for a, b in reversed(list(zip(rs, rs[1:]))):
+    r = new_range(a.src[0].arg * b.src[0].arg, "global")
+    merged = simplify(substitute(sink, {a: r // b.src[0].arg, b: r % b.src[0].arg}))
+    if count_divmod(merged) <= count_divmod(sink): sink = merged
+  return sink
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Kernel opts: each one splits a range r of size n into outer*amount + inner, where inner is a new range of the opt's
+# kind. Later steps give kinds their meaning: upcast/unroll become vector lanes, local becomes threadIdx, group a
+# reduction shared across a block. A split that doesn't divide gets a gate, so every size works with full blocks.
+
+@dataclass(frozen=True)
+class Opt:
+  kind: str    # "upcast", "unroll", "local" or "group"
+  axis: UOp    # the RANGE to split
+  amount: int
+
+def apply_opt(sink:UOp, opt:Opt) -> UOp:
+  n = opt.axis.src[0].arg
+  outer, inner = new_range(cdiv(n, opt.amount), opt.axis.arg[1]), new_range(opt.amount, opt.kind)
+  expr = outer * opt.amount + inner
+  sink = substitute(sink, {opt.axis: expr})
+  return simplify(gate(sink, expr < n, expr) if n % opt.amount else sink)
+
+def gate(sink:UOp, valid:UOp, expr:UOp) -> UOp:
+  """Guard every load, store and reduce input that reads index expr with valid."""
+  def add(u:UOp) -> UOp|None:
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.PARAM and expr in u.src[1].toposort:
+      n = 2 if u.op is Ops.LOAD else 3
+      return u.replace(src=u.src[:n] + ((valid if len(u.src) == n else u.src[n] & valid),))
+    if u.op is Ops.REDUCE and expr in u.src[0].toposort and not any(s.op is Ops.WHERE and s.src[0] is valid for s in [u.src[0]]):
+      return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
+    return None
+  once: dict[UOp, UOp] = {}
+  def rule(u:UOp) -> UOp|None:
+    if u in once.values(): return None
+    if (out := add(u)) is not None: once[u] = out
+    return out
+  return graph_rewrite(sink, PatternMatcher([(UPat((Ops.LOAD, Ops.STORE, Ops.REDUCE), name="u"), rule)]))
+
+def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
+  """Hand-coded opts, in tinygrad's spirit: float4 on the contiguous output axis, a block-wide reduction when the
+  output is too small to fill the GPU, unrolled reduce loops, and blocks of threads on the output."""
+  opts: list[Opt] = []
+  glob, red = ranges(sink, "global"), ranges(sink, "reduce")
+  out_size = prod(r.src[0].arg for r in glob)
+  if dev.has_local and red and out_size <= 2048:
+    return [Opt("group", red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].src[0].arg)))]
+  if glob and glob[-1].src[0].arg % 4 == 0 and _unit_stride(sink, glob[-1]): opts.append(Opt("upcast", glob[-1], 4))
+  if red and red[-1].src[0].arg % 4 == 0: opts.append(Opt("unroll", red[-1], 4))
+  return opts
+
+def _pow2_at_most(n:int) -> int: return 1 << (n.bit_length() - 1)
+def _unit_stride(sink:UOp, r:UOp) -> bool:
+  return all(simplify(substitute(st.src[1], {r: r + 1})) is simplify(st.src[1] + 1) for st in sink.src)
+
+def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
+  """Threads per block on the last (fastest, so coalesced) global axis, within the device's limit."""
+  glob = ranges(sink, "global")
+  if not glob or ranges(sink, "local"): return []
+  return [Opt("local", glob[-1], min(dev.local_max, 128, glob[-1].src[0].arg))]
+
+def optimize(sink:UOp, dev:Renderer) -> UOp:
+  sink = merge_ranges(simplify(sink))
+  for opt in ([] if getenv("NOOPT") else heuristic(sink, dev)): sink = apply_opt(sink, opt)
+  if dev.has_local and not getenv("NOOPT"):
+    for opt in local_opts(sink, dev): sink = apply_opt(sink, opt)
+  return sink
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Lowering, step 2: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
+# ranges on GPUs, reductions become accumulators, and four lanes at consecutive addresses become one float4 access.
+
+def expand(sink:UOp) -> UOp:
+  """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes."""
+  def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
+    return [simplify(substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)}))
+            for vals in itertools.product(*[range(r.src[0].arg) for r in rs])]
+  def unroll(u:UOp) -> UOp|None:
+    rs = [r for r in u.src[1:] if r.arg[1] == "unroll"]
+    if not rs: return None
+    value = functools.reduce(lambda a, b: a.alu(u.arg, b), lanes(u.src[0], rs))
+    rest = tuple(r for r in u.src[1:] if r not in rs)
+    return u.replace(src=(value,) + rest) if rest else value
+  sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
+  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, "upcast"))))
+
+def to_gpu(sink:UOp) -> UOp:
+  """Global ranges become block ids, local and group ranges thread ids. A group range splits its reduction: each
+  thread reduces its strided share (neighbours read neighbours: coalesced), writes it to shared memory, and after a
+  barrier every thread combines the block's partials; one thread stores the result."""
+  special = {}
+  for kind, prefix in (("global", "gidx"), ("local", "lidx"), ("group", "lidx")):
+    for i, r in enumerate(ranges(sink, kind)):
+      n = len([s for s in special.values() if s.arg[0].startswith(prefix)])
+      special[r] = UOp(Ops.SPECIAL, dtypes.int, r.src, (f"{prefix}{n}",))
+  def group(u:UOp) -> UOp|None:
+    grp = [r for r in u.src[1:] if r.arg[1] == "group"]
+    if not grp: return None
+    (g,), rest = grp, tuple(r for r in u.src[1:] if r not in grp)
+    partial = u.replace(src=(u.src[0],) + rest) if rest else u.src[0]
+    n = g.src[0].arg
+    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), (f"temp{g.arg[0]}", n))
+    barrier = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, partial))))
+    r = new_range(n, "reduce")
+    return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (barrier, r)), r), u.arg)
+  sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
+  sink = substitute(sink, special)
+  def only_one(st:UOp) -> UOp:  # every thread holds the block's result; thread 0 writes it
+    idle = [s for s in st.src[2].toposort if s.op is Ops.SPECIAL and s.arg[0].startswith("lidx") and s not in st.src[1].toposort]
+    if not idle: return st
+    g = functools.reduce(operator.and_, [s.alu(Ops.CMPEQ, s.const_like(0)) for s in idle])
+    return st.replace(src=st.src[:3] + ((st.src[3] & g if len(st.src) > 3 else g),))
+  return sink.replace(src=tuple(only_one(st) for st in sink.src))
+
+def vectorize(sink:UOp) -> UOp:
+  """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
+  16-byte access: each thread issues one load instruction instead of four."""
+  def split(u:UOp) -> tuple:
+    addr = u.src[1]
+    c = addr.src[1].arg if addr.op is Ops.ADD and addr.src[1].op is Ops.CONST else addr.arg if addr.op is Ops.CONST else 0
+    base = simplify(addr + (c - c % 4 - c))
+    return (u.src[0], base, u.src[2 if u.op is Ops.LOAD else 3:]), c % 4
+  def groups(us:list[UOp]) -> dict:
+    found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
+    for u in us:
+      if u.src[0].op is Ops.PARAM and u.src[0].dtype == dtypes.float and (u.op is Ops.STORE or u.dtype == dtypes.float):
+        key, lane = split(u)
+        if key[1].const_factor() % 4 == 0: found[key][lane] = u
+    return {k: v for k, v in found.items() if len(v) == 4}
+  stores = list(sink.src)
+  for (buf, base, g), lanes in groups(stores).items():
+    value = UOp(Ops.VECTORIZE, dtypes.float.vec(4), tuple(lanes[i].src[2] for i in range(4)))
+    stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value) + g)
+    for i in range(1, 4): stores.remove(lanes[i])
+  sink = sink.replace(src=tuple(stores))
+  loads = {}
+  for (buf, base, g), lanes in groups([u for u in sink.toposort if u.op is Ops.LOAD]).items():
+    vec = UOp(Ops.LOAD, dtypes.float.vec(4), (buf, base) + g)
+    loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(4)})
+  return substitute(sink, loads)
+
+def to_accumulators(sink:UOp) -> UOp:
+  """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. The accumulator lives inside
+  every output loop, so it starts again for each output element."""
+  accs, loops = itertools.count(), tuple(ranges(sink, "global"))
+  def acc(u:UOp) -> UOp:
+    a = UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, next(accs))
+    body = UOp(Ops.ASSIGN, u.dtype, (a, a.alu(u.arg, u.src[0])))
+    for r in sorted(u.src[1:], key=lambda r: -r.arg[0]): body = UOp(Ops.END, None, (r, body))
+    return UOp(Ops.LOAD, u.dtype, (a, body))
+  return graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), acc)]))
+
+def add_loops(sink:UOp) -> UOp:
+  """Output ranges left (on the CPU: all of them) become loops around the stores."""
+  body = sink.src
+  for r in reversed(ranges(UOp(Ops.SINK, None, body), "global")): body = (UOp(Ops.END, None, (r,) + body),)
+  return sink.replace(src=body)
+
+def linearize(sink:UOp) -> list[UOp]:
+  """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
+  loops as late and closes them as early as it can, so loop-invariant work stays outside."""
+  order = sink.toposort
+  parent: dict[UOp, UOp] = {}  # a reduce over several ranges nests them: END(outer, END(inner, ...))
+  for e in order:
+    if e.op is Ops.END: parent.update({s.src[0]: e.src[0] for s in e.src[1:] if s.op is Ops.END})
+  loops = [r for r in order if r.op is Ops.RANGE and r.arg[1] == "global"]
+  def enclosing(r:UOp) -> list[UOp]:  # reduce loops run inside every output loop
+    return [r] + enclosing(parent[r]) if r in parent else [r] + (loops if r.arg[1] != "global" else [])
+  scope: dict[UOp, frozenset] = {}
+  for u in order:
+    inner = frozenset().union(*[scope[s] for s in u.src]) | (frozenset(enclosing(u)) if u.op is Ops.RANGE else frozenset())
+    scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
+  depth = {r: (r.arg[1] != "global", len(enclosing(r)), r.arg[0]) for r in order if r.op is Ops.RANGE}
+  need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
+  pos = {u: i for i, u in enumerate(order)}
+  users: dict[UOp, list[UOp]] = defaultdict(list)
+  for u in order:
+    for s in set(u.src): users[s].append(u)
+  waiting = {u: len(set(u.src)) for u in order}
+  ready, done, out, stack = [u for u in order if not u.src], set(), [], []
+  def emit(u:UOp):
+    out.append(u); done.add(u); ready.remove(u)
+    for c in users[u]:
+      waiting[c] -= 1
+      if waiting[c] == 0: ready.append(c)
+    ready.sort(key=pos.__getitem__)
+  while len(out) < len(order) - 1:
+    if (u := next((u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and need[u] == stack), None)) is not None:
+      emit(u)
+    elif stack and (u := next((u for u in ready if u.op is Ops.END and u.src[0] is stack[-1]), None)) is not None:
+      emit(u); stack.pop()
+    else:
+      u = next(u for u in order if u not in done and u.op is not Ops.RANGE and need[u][:len(stack)] == stack and
+               len(need[u]) > len(stack))
+      emit(need[u][len(stack)]); stack.append(need[u][len(stack)])
+  return out
+
+@dataclass(frozen=True)
+class Program:
+  name: str
+  src: str
+  uops: list
+  global_size: tuple[int, ...]
+  local_size: tuple[int, ...]
+  device: str
+  info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
+
+def kernel_name(sink:UOp) -> str:
+  rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (KINDS.index(r.arg[1]), r.arg[0]))
+  prefix = "r" if any(r.arg[1] in ("reduce", "group", "unroll") for r in rs) else "E"
+  return "_".join([prefix] + [str(r.src[0].arg) for r in rs]) if rs else prefix + "_1"
+
+def lower(ast:UOp, dev:Renderer) -> Program:
+  """Kernel AST -> optimized, linear UOps -> source. Every step is one named function."""
+  sink = optimize(rangeify(ast), dev)
+  name = kernel_name(sink)
+  sink = expand(sink)
+  if dev.has_local: sink = to_gpu(sink)
+  uops = linearize(add_loops(to_accumulators(vectorize(sink))))
+  sizes = lambda p: tuple(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(p)) or (1,)  # noqa: E731
+  return Program(name, dev.render(name, uops), uops, sizes("gidx"), sizes("lidx"), dev.device, _cost(ast))
+
+def _cost(ast:UOp) -> tuple[int, int]:
+  nodes = ast.toposort
+  flops = sum(prod(u.src[0].shape if u.op is Ops.REDUCE_AXIS else u.shape) for u in nodes if u.op in GroupOp.ALU | {Ops.REDUCE_AXIS})
+  return flops, sum(u.arg[1] * u.dtype.itemsize for u in nodes if u.op is Ops.PARAM)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Renderers: one C-style renderer; a dialect is a table of strings. Each value is rendered by a rule from its UOp;
+# a value used once is inlined into its user, others get a named variable.
+
+def _fmt_const(v, d:DType) -> str:
+  if d == dtypes.bool: return "1" if v else "0"
+  if dtypes.is_float(d):
+    if math.isnan(v): return "NAN"
+    if math.isinf(v): return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"{float(v)!r}f" if d == dtypes.float else f"(half){float(v)!r}f"
+  return f"{v}u" if d == dtypes.uint32 else f"{v}ll" if d == dtypes.int64 else str(v)
+
+def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
+def _shift_ok(a:UOp, b:UOp) -> bool: return dtypes.is_int(a.dtype) and a.vmin >= 0 and _pow2(b)
+
+code_for_op: dict[Ops, Callable] = {
+  Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
+  Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
+  Ops.ADD: lambda a, b: f"({a}+{b})", Ops.MUL: lambda a, b: f"({a}*{b})", Ops.IDIV: lambda a, b: f"({a}/{b})",
+  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})", Ops.CMPLT: lambda a, b: f"({a}<{b})",
+  Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
+  Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
+  Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
+
+def _load(ctx:Renderer, u:UOp) -> str:
+  buf, addr = ctx[u.src[0]], ctx[u.src[1]]
+  ptr = f"*(({ctx.buffer_prefix}{ctx.types[u.dtype]}*)({buf}+{addr}))" if u.dtype.count > 1 else f"*({buf}+{addr})"
+  if len(u.src) < 3: return ptr
+  zero = ctx.vector(u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(0, u.dtype)
+  return f"({ctx[u.src[2]]}?{ptr}:{zero})"
+
+def _store(ctx:Renderer, u:UOp) -> str:
+  value = u.src[2]
+  ptr = f"*(({ctx.buffer_prefix}{ctx.types[value.dtype]}*)({ctx[u.src[0]]}+{ctx[u.src[1]]}))" if value.dtype.count > 1 \
+    else f"*({ctx[u.src[0]]}+{ctx[u.src[1]]})"
+  return f"{ptr} = {ctx[value]};" if len(u.src) < 4 else f"if ({ctx[u.src[3]]}) {{ {ptr} = {ctx[value]}; }}"
+
+u_ = UPat.var("u")
+string_rules = PatternMatcher([
+  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(u.arg, u.dtype)),
+  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
+  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
+  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: ctx.code_for_op[u.op](*[ctx[s] for s in u.src])),
+  (UPat(Ops.CAST, name="u"), lambda ctx, u: f"({ctx.types[u.dtype]})({ctx[u.src[0]]})"),
+  (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
+  (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: ctx.vector(u.dtype, [ctx[s] for s in u.src])),
+  (UPat(Ops.LOAD, src=(UPat((Ops.DEFINE_ACC,)), UPat()), name="u"), lambda ctx, u: ctx[u.src[0]]),
+  (UPat(Ops.LOAD, name="u"), _load),
+  (UPat(Ops.STORE, name="u"), _store),
+  (UPat(Ops.SPECIAL, name="u"), lambda ctx, u: f"{ctx.ids[u.arg[0][0]]}.{'xyz'[int(u.arg[0][4:])]}; /* {u.src[0].arg} */"),
+  (UPat(Ops.RANGE, name="u"), lambda ctx, u: f"for (int {ctx[u]} = 0; {ctx[u]} < {u.src[0].arg}; {ctx[u]}++) {{"),
+  (UPat(Ops.END), lambda ctx: "}"),
+  (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
+  (UPat(Ops.ASSIGN, name="u"), lambda ctx, u: f"{ctx[u.src[0]]} = {ctx[u.src[1]]};"),
+  (UPat(Ops.DEFINE_LOCAL, name="u"), lambda ctx, u: f"{ctx.local_prefix}{ctx.types[u.dtype]} {u.arg[0]}[{u.arg[1]}];"),
+  (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
+])
+
+class Renderer:
+  """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
+  ext_vector_type) give float4 loads and stores."""
+  device, has_local, local_max = "CPU", False, 1
+  kernel_prefix, buffer_prefix, local_prefix, barrier = "void", "", "", ""
+  ids: dict[str, str] = {}
+  lanes = ("[0]", "[1]", "[2]", "[3]")
+  types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
+           dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
+           dtypes.float.vec(4): "float4"}
+  code_for_op = code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
+                               Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"}
+  def header(self, uops:list[UOp]) -> list[str]:
+    return ["#include <math.h>"] + (["typedef float float4 __attribute__((vector_size(16)));"]
+                                    if any(u.dtype == dtypes.float.vec(4) for u in uops) else [])
+  def vector(self, d:DType, xs:list[str]) -> str: return f"({self.types[d]}){{{','.join(xs)}}}"
+  def params(self, uops:list[UOp]) -> list[str]:
+    return [f"{self.buffer_prefix}{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in uops if u.op is Ops.PARAM]
+  def signature(self, name:str, uops:list[UOp]) -> str: return f"{self.kernel_prefix} {name}({', '.join(self.params(uops))})"
+
+  def __getitem__(self, u:UOp) -> str: return self.names[u]
+  def render(self, name:str, uops:list[UOp]) -> str:
+    uses: dict[UOp, int] = defaultdict(int)
+    for u in uops:
+      for s in u.src: uses[s] += 2 if u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?: (no blowup)
+    self.names: dict[UOp, str] = {}
+    counts: dict[str, int] = defaultdict(int)
+    lines, depth = [], 1
+    prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
+    for u in uops:
+      if u.op is Ops.PARAM: self.names[u] = f"data{u.arg[0]}"; continue
+      if u.op is Ops.DEFINE_LOCAL: self.names[u] = u.arg[0]
+      if u.op is Ops.BARRIER: self.names[u] = self.names[u.src[0]]
+      if u.op in (Ops.RANGE, Ops.DEFINE_ACC):
+        self.names[u] = f"{prefixes[u.op]}{counts[prefixes[u.op]]}"; counts[prefixes[u.op]] += 1
+      if u.op is Ops.SPECIAL: self.names[u] = u.arg[0]
+      text = string_rules.rewrite(u, self)
+      if u.op is Ops.END: depth -= 1
+      if u.op in (Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER):
+        lines.append("  " * depth + text)
+      elif u.op is Ops.SPECIAL: lines.append("  " * depth + f"int {u.arg[0]} = {text}")
+      elif u.op is Ops.CONST or (uses[u] == 1 and u.op is not Ops.LOAD) or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC):
+        self.names[u] = text
+      else:
+        prefix = prefixes.get(u.op, "alu")
+        self.names[u] = f"{prefix}{counts[prefix]}"; counts[prefix] += 1
+        lines.append("  " * depth + f"{self.types[u.dtype]} {self.names[u]} = {text};")
+      if u.op is Ops.RANGE: depth += 1
+    return "\n".join(self.header(uops) + [self.signature(name, uops) + " {"] + lines + ["}"])
+
+class CUDARenderer(Renderer):
+  device, has_local, local_max = "CUDA", True, 1024
+  kernel_prefix, local_prefix, barrier = 'extern "C" __global__ void', "__shared__ __align__(16) ", "__syncthreads();"
+  ids = {"g": "blockIdx", "l": "threadIdx"}
+  lanes = (".x", ".y", ".z", ".w")
+  types = Renderer.types | {dtypes.half: "half", dtypes.bool: "bool", dtypes.long: "long long"}
+  code_for_op = code_for_op
+  def header(self, uops):
+    return ["#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"] + \
+           (["#include <cuda_fp16.h>"] if any(u.dtype == dtypes.half for u in uops) else [])
+  def vector(self, d, xs): return f"make_{self.types[d]}({','.join(xs)})"
+  def params(self, uops): return [f"{self.types[u.dtype]}* data{u.arg[0]}" for u in uops if u.op is Ops.PARAM]
+  def signature(self, name, uops):
+    threads = prod(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"))
+    return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(self.params(uops))})"
+
+class MetalRenderer(CUDARenderer):
+  device = "METAL"
+  kernel_prefix, buffer_prefix, local_prefix = "kernel void", "device ", "threadgroup __attribute__((aligned(16))) "
+  barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+  ids = {"g": "gid", "l": "lid"}
+  code_for_op = code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"}
+  def header(self, uops): return ["#include <metal_stdlib>", "using namespace metal;"]
+  def vector(self, d, xs): return f"{self.types[d]}({','.join(xs)})"
+  def params(self, uops): return [f"device {self.types[u.dtype]}* data{u.arg[0]}" for u in uops if u.op is Ops.PARAM]
+  def signature(self, name, uops):
+    ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
+    return f"{self.kernel_prefix} {name}({', '.join(self.params(uops) + ids)})"
+
+class PythonRenderer(CUDARenderer):
+  """The emulator runs the same lowered UOps as CUDA; its 'source' is the CUDA text, for reading."""
+  device = "PYTHON"
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Devices: a device is an allocator (with an LRU cache of freed buffers), a compiler (cached in memory and on disk,
+# keyed by source and toolchain, stored as raw bytes: no pickle), and programs. Runtimes know drivers; nothing else does.
+
+class CompileError(RuntimeError): pass
+
+def cache_dir() -> str:
+  path = os.getenv("TINY_CACHE") or os.path.join(os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tiny")
+  os.makedirs(path, exist_ok=True)
+  return path
+
+class CPURuntime:
+  """Kernels compiled by the system C compiler into a shared library, called through ctypes."""
+  local_max = 1
+  def __init__(self):
+    self.cc = os.getenv("CC", "cc")
+    try: version = subprocess.run([self.cc, "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
+    except (OSError, subprocess.CalledProcessError) as e:
+      raise RuntimeError(f"the CPU device compiles kernels with a C compiler, but {self.cc!r} can't run ({e}); "
+                         "install gcc or clang, or set $CC to one") from None
+    native = subprocess.run([self.cc, "-march=native", "-E", "-x", "c", "-"], input="", capture_output=True).returncode == 0
+    self.flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno"] + (["-march=native"] if native else [])
+    self.compiler_id = f"{version} {' '.join(self.flags)}"
+  def compile(self, src:str) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+      out = os.path.join(tmp, "kernel.so")
+      proc = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out, "-lm"], input=src, capture_output=True, text=True)
+      if proc.returncode != 0: raise CompileError(f"{self.cc} failed to compile this kernel:\n{proc.stderr}\n{src}")
+      with open(out, "rb") as f: return f.read()
+  def load(self, name:str, binary:bytes) -> Callable:
+    fd, path = tempfile.mkstemp(suffix=".so", dir=cache_dir())
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(binary)
+      fn = ctypes.CDLL(path)[name]
+    finally: os.unlink(path)  # the loaded library stays mapped
+    def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
+      start = time.perf_counter()
+      fn(*bufs)
+      return time.perf_counter() - start
+    return run
+  def alloc(self, nbytes:int): return (ctypes.c_uint8 * max(nbytes, 1))()
+  def free(self, buf): pass
+  def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
+  def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
+  def synchronize(self): pass
+
+class Compiled:
+  def __init__(self, name:str, runtime, renderer:Renderer):
+    self.name, self.runtime, self.renderer = name, runtime, renderer
+    self.free_cache: dict[int, list] = defaultdict(list)
+    self.programs: dict[str, Callable] = {}
+  def alloc(self, nbytes:int):
+    if self.free_cache[nbytes]: return self.free_cache[nbytes].pop()
+    try: return self.runtime.alloc(nbytes)
+    except (MemoryError, RuntimeError):  # the cache may hold what we need: give it back and try once more
+      for bufs in self.free_cache.values():
+        for b in bufs: self.runtime.free(b)
+      self.free_cache.clear()
+      return self.runtime.alloc(nbytes)
+  def free(self, buf, nbytes:int): self.free_cache[nbytes].append(buf)
+  def program(self, prog:Program) -> Callable:
+    if prog.src not in self.programs:
+      key = hashlib.sha256(f"{self.runtime.compiler_id}\n{prog.src}".encode()).hexdigest()
+      path = os.path.join(cache_dir(), key + ".bin")
+      if os.path.exists(path) and not getenv("NOCACHE"):
+        with open(path, "rb") as f: binary = f.read()
+      else:
+        if DEBUG >= 3: print(f"compile {prog.name} for {self.name}")
+        binary = self.runtime.compile(prog.src)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir())
+        with os.fdopen(fd, "wb") as f: f.write(binary)
+        os.replace(tmp, path)  # atomic: a second process sees all of the file or none
+      self.programs[prog.src] = self.runtime.load(prog.name, binary)
+    return self.programs[prog.src]
+
+class _Device:
+  """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
+  renderers = {"CPU": Renderer, "CUDA": CUDARenderer, "METAL": MetalRenderer, "PYTHON": PythonRenderer}
+  def __init__(self): self.opened: dict[str, Compiled] = {}
+  def runtime(self, name:str):
+    if name == "CPU": return CPURuntime()
+    if name == "CUDA": import cuda_rt; return cuda_rt.CUDADevice()
+    if name == "METAL": import metal_rt; return metal_rt.MetalDevice()
+    if name == "PYTHON": return Emulator()
+    raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.renderers)}")
+  def __getitem__(self, name:str) -> Compiled:
+    name = name.upper()
+    if name not in self.opened:
+      rt = self.runtime(name)
+      renderer = self.renderers[name]()
+      renderer.local_max = getattr(rt, "local_max", renderer.local_max)
+      self.opened[name] = Compiled(name, rt, renderer)
+    return self.opened[name]
+  @functools.cached_property
+  def DEFAULT(self) -> str:
+    if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
+    for name in (["METAL"] if sys.platform == "darwin" else []) + ["CUDA"]:
+      try: self[name]; return name
+      except (RuntimeError, OSError): pass
+    return "CPU"
+Device = _Device()
+
+class Buffer:
+  """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
+  def __init__(self, device:str, size:int, dtype:DType):
+    self.device, self.size, self.dtype, self._buf = device, size, dtype, None
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def buf(self):
+    if self._buf is None: self._buf = Device[self.device].alloc(self.nbytes)
+    return self._buf
+  def copyin(self, src:memoryview): Device[self.device].runtime.copyin(self.buf, src)
+  def copyout(self) -> memoryview:
+    out = memoryview(bytearray(self.nbytes))
+    Device[self.device].runtime.synchronize()
+    Device[self.device].runtime.copyout(out, self.buf)
+    return out
+  def __del__(self):
+    if self._buf is not None and (dev := Device.opened.get(self.device)) is not None: dev.free(self._buf, self.nbytes)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Running a schedule, and seeing what it would run.
+
+DEBUG = getenv("DEBUG")
+program_cache: dict[tuple[UOp, str], Program] = {}
+
+def to_program(ast:UOp, device:str) -> Program:
+  if (ast, device) not in program_cache:
+    dev = Device[device].renderer if device in Device.opened else Device.renderers[device]()
+    program_cache[(ast, device)] = lower(ast, dev)
+  return program_cache[(ast, device)]
+
+def run_schedule(items:list[ScheduleItem]):
+  for i, item in enumerate(items):
+    device = item.bufs[0].device
+    prog = to_program(item.ast, device)
+    fn = Device[device].program(prog)
+    if DEBUG >= 4: print(prog.src)
+    tm = fn(*[b.buf for b in item.bufs], global_size=prog.global_size, local_size=prog.local_size, wait=DEBUG >= 2)
+    if DEBUG >= 2:
+      flops, mem = prog.info
+      print(f"*** {device:6s} {i:4d} {prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
+            f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
+    realized.update(item.outs)
+
+def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
+  """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
+  return [to_program(item.ast, (device or tensors[0].device).upper()) for item in schedule(list(tensors))]
