@@ -154,10 +154,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def where(self, a:UOp, b:UOp) -> UOp: return self.alu(Ops.WHERE, a, b)
   def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
 
+  @property
+  def toposort(self) -> list[UOp]: return self._sources + [self]
   @functools.cached_property
-  def toposort(self) -> list[UOp]:
-    """Every node this one depends on, sources first. Iterative: long elementwise chains would overflow recursion."""
-    order, seen, stack = [], set(), [(self, False)]
+  def _sources(self) -> list[UOp]:
+    """Every node this one depends on, sources first (itself left out: a node that held itself would never be freed).
+    Iterative: long elementwise chains would overflow recursion."""
+    order, seen, stack = [], {self}, [(s, False) for s in reversed(self.src)]
     while stack:
       u, done = stack.pop()
       if done: order.append(u)
@@ -506,7 +509,7 @@ class Tensor:
       shape, fmt = mv.shape or (), dtypes.by_fmt[fmt]
       if fmt.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
       raw = mv.tobytes()
-      if dtype is not None and dtype != fmt: self.uop = Tensor(raw and mv, device=device).cast(dtype).uop; return
+      if dtype is not None and dtype != fmt: self.uop = Tensor(data, device=device).cast(dtype).uop; return
       dtype = fmt
     buf = Buffer(self.device, prod(shape), dtype)
     buf.copyin(memoryview(raw))
@@ -894,23 +897,31 @@ def _deps(r:UOp, reads:dict[UOp, list[UOp]]) -> set[UOp]:
 
 def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
-  bufs: list[Buffer] = []
-  def param(buf:Buffer) -> UOp:
-    if buf not in bufs: bufs.append(buf)
-    return UOp(Ops.PARAM, buf.dtype, (), (bufs.index(buf), buf.size))
-  for o in outs: param(views[o].src[0].arg)
-  def input_buffer(u:UOp) -> Buffer|None:
-    return u.arg if u.op is Ops.BUFFER else views[u].src[0].arg if u in views and u not in outs else None
-  memo: dict[UOp, UOp] = {}
-  def to_ast(u:UOp) -> UOp:
-    if u not in memo:
-      if (buf := input_buffer(u)) is not None: memo[u] = UOp(Ops.VIEW, u.dtype, (param(buf),), ShapeTracker.contiguous(u.shape))
-      elif u.op is Ops.VIEW and (buf := input_buffer(u.src[0])) is not None:  # a buffer is its own contiguous base
-        memo[u] = UOp(Ops.VIEW, u.dtype, (param(buf),), u.arg)
-      else: memo[u] = u.replace(src=tuple(to_ast(s) for s in u.src))
-    return memo[u]
-  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), (i, prod(o.shape))), to_ast(o))) for i, o in enumerate(outs))
-  return ScheduleItem(UOp(Ops.SINK, None, stores), bufs, {o: views[o] for o in outs})
+  ctx = KernelContext(outs, views, [], {})
+  for o in outs: ctx.param(views[o].src[0].arg)
+  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), (i, prod(o.shape))), to_ast(o, ctx))) for i, o in enumerate(outs))
+  return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs})
+
+@dataclass
+class KernelContext:
+  outs: list[UOp]
+  views: dict[UOp, UOp]
+  bufs: list[Buffer]
+  memo: dict[UOp, UOp]
+  def param(self, buf:Buffer) -> UOp:
+    if buf not in self.bufs: self.bufs.append(buf)
+    return UOp(Ops.PARAM, buf.dtype, (), (self.bufs.index(buf), buf.size))
+  def input(self, u:UOp) -> Buffer|None:
+    return u.arg if u.op is Ops.BUFFER else self.views[u].src[0].arg if u in self.views and u not in self.outs else None
+
+def to_ast(u:UOp, ctx:KernelContext) -> UOp:
+  if u not in ctx.memo:
+    if (buf := ctx.input(u)) is not None: out = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
+    elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # a buffer is its own contiguous base
+      out = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
+    else: out = u.replace(src=tuple(to_ast(s, ctx) for s in u.src))
+    ctx.memo[u] = out
+  return ctx.memo[u]
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 1: rangeify. Each output dim becomes a RANGE, each reduced dim a RANGE of its REDUCE; views turn the
@@ -929,31 +940,32 @@ def identity(op:Ops, dtype:DType) -> UOp:
   return UOp.const(dtype, -math.inf if dtypes.is_float(dtype) else False if dtype == dtypes.bool else dtypes.limits(dtype)[0])
 
 def rangeify(ast:UOp) -> UOp:
-  memo: dict[tuple, UOp] = {}
-  def build(u:UOp, idxs:tuple[UOp, ...]) -> UOp:
-    if (u, idxs) in memo: return memo[(u, idxs)]
-    if u.op is Ops.VIEW:
-      addr, valid = u.arg.index(idxs)
-      base = u.src[0]
-      if base.op is Ops.PARAM: out = UOp(Ops.LOAD, u.dtype, (base, addr) + ((valid,) if valid is not None else ()))
-      else:
-        out = base if base.op is Ops.CONST else build(base, tuple(unravel(addr, base.shape)))
-        if valid is not None: out = valid.where(out, out.const_like(0))
-    elif u.op is Ops.IOTA: out = idxs[0]
-    elif u.op is Ops.CONTIGUOUS: out = build(u.src[0], idxs)
-    elif u.op is Ops.REDUCE_AXIS:
-      op, axes = u.arg
-      inner = tuple(new_range(s, "reduce") if i in axes else idx for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs)))
-      ranges = tuple(r for r in inner if r.op is Ops.RANGE and r not in idxs)
-      value = build(u.src[0], inner)
-      out = UOp(Ops.REDUCE, u.dtype, (value,) + ranges, op) if ranges else value
-    else: out = u.replace(src=tuple(build(s, idxs) for s in u.src))
-    memo[(u, idxs)] = out
-    return out
-  shape = ast.src[0].src[1].shape
+  shape, memo = ast.src[0].src[1].shape, {}
   idxs = tuple(new_range(s, "global") for s in shape)
   addr = View.contiguous(shape).index(idxs)[0]
-  return UOp(Ops.SINK, None, tuple(st.replace(src=(st.src[0], addr, build(st.src[1], idxs))) for st in ast.src))
+  return UOp(Ops.SINK, None, tuple(st.replace(src=(st.src[0], addr, build(st.src[1], idxs, memo))) for st in ast.src))
+
+def build(u:UOp, idxs:tuple[UOp, ...], memo:dict) -> UOp:
+  """The value of tensor node u at index idxs, as index-level UOps."""
+  if (u, idxs) in memo: return memo[(u, idxs)]
+  if u.op is Ops.VIEW:
+    addr, valid = u.arg.index(idxs)
+    base = u.src[0]
+    if base.op is Ops.PARAM: out = UOp(Ops.LOAD, u.dtype, (base, addr) + ((valid,) if valid is not None else ()))
+    else:
+      out = base if base.op is Ops.CONST else build(base, tuple(unravel(addr, base.shape)), memo)
+      if valid is not None: out = valid.where(out, out.const_like(0))
+  elif u.op is Ops.IOTA: out = idxs[0]
+  elif u.op is Ops.CONTIGUOUS: out = build(u.src[0], idxs, memo)
+  elif u.op is Ops.REDUCE_AXIS:
+    op, axes = u.arg
+    inner = tuple(new_range(s, "reduce") if i in axes else idx for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs)))
+    ranges = tuple(r for r in inner if r.op is Ops.RANGE and r not in idxs)
+    value = build(u.src[0], inner, memo)
+    out = UOp(Ops.REDUCE, u.dtype, (value,) + ranges, op) if ranges else value
+  else: out = u.replace(src=tuple(build(s, idxs, memo) for s in u.src))
+  memo[(u, idxs)] = out
+  return out
 
 def ranges(u:UOp, kind:str|None=None) -> list[UOp]:
   return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.arg[1])), key=lambda r: r.arg[0])
@@ -984,6 +996,8 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   outer, inner = new_range(cdiv(n, opt.amount), opt.axis.arg[1]), new_range(opt.amount, opt.kind)
   expr = outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
+  sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
+                           for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   return simplify(gate(sink, expr < n, expr) if n % opt.amount else sink)
 
 def gate(sink:UOp, valid:UOp, expr:UOp) -> UOp:
@@ -1021,7 +1035,7 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:
 def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, within the device's limit."""
   glob = ranges(sink, "global")
-  if not glob or ranges(sink, "local"): return []
+  if not glob or ranges(sink, "local") or ranges(sink, "group"): return []  # a group's block is its reduction
   return [Opt("local", glob[-1], min(dev.local_max, 128, glob[-1].src[0].arg))]
 
 def optimize(sink:UOp, dev:Renderer) -> UOp:
@@ -1130,7 +1144,9 @@ def linearize(sink:UOp) -> list[UOp]:
     if e.op is Ops.END: parent.update({s.src[0]: e.src[0] for s in e.src[1:] if s.op is Ops.END})
   loops = [r for r in order if r.op is Ops.RANGE and r.arg[1] == "global"]
   def enclosing(r:UOp) -> list[UOp]:  # reduce loops run inside every output loop
-    return [r] + enclosing(parent[r]) if r in parent else [r] + (loops if r.arg[1] != "global" else [])
+    out = [r]
+    while out[-1] in parent: out.append(parent[out[-1]])
+    return out + (loops if r.arg[1] != "global" else [])
   scope: dict[UOp, frozenset] = {}
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | (frozenset(enclosing(u)) if u.op is Ops.RANGE else frozenset())
@@ -1378,6 +1394,73 @@ class CPURuntime:
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
   def synchronize(self): pass
 
+def _convert(d:DType, x):
+  """A C cast: float to int truncates toward zero (nan and inf, undefined in C, give 0)."""
+  if dtypes.is_int(d) and isinstance(x, float): x = int(x) if math.isfinite(x) else 0
+  return truncate(d, dtypes.python(d)(x))
+
+class Emulator:
+  """The PYTHON device: runs the linear UOps of a GPU-lowered kernel, thread by thread, with GPU semantics. Each
+  thread is a generator that pauses at a barrier; a block's threads run in turn between barriers, so a kernel that
+  reads shared memory without a barrier reads poison (NaN), as a GPU would read garbage. Slow, exact, and the
+  reference for GPU lowering on machines with no GPU."""
+  local_max, compiler_id = 1024, "python"
+  def alloc(self, nbytes:int) -> bytearray: return bytearray(nbytes)
+  def free(self, buf): pass
+  def copyin(self, buf:bytearray, src:memoryview): buf[:src.nbytes] = src.cast("B")
+  def copyout(self, dst:memoryview, buf:bytearray): dst[:] = buf[:dst.nbytes]
+  def synchronize(self): pass
+
+  def program(self, prog:Program) -> Callable:
+    def run(*bufs, global_size, local_size, wait=False):
+      start = time.perf_counter()
+      for gid in itertools.product(*[range(n) for n in global_size]):
+        local = {u: bytearray(b"\xff" * u.arg[1] * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
+        threads = [self.thread(prog, bufs, local, gid, lid) for lid in itertools.product(*[range(n) for n in local_size])]
+        while threads: threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
+      return time.perf_counter() - start
+    return run
+
+  def thread(self, prog:Program, bufs:tuple, local:dict, gid:tuple, lid:tuple):
+    uops, vals, pc = prog.uops, {}, 0
+    start = {u: i for i, u in enumerate(uops) if u.op is Ops.RANGE}
+    def memory(u:UOp) -> bytearray:
+      if u.op is Ops.BARRIER: u = u.src[0]
+      return local[u] if u.op is Ops.DEFINE_LOCAL else bufs[u.arg[0]]
+    def access(u:UOp, addr:int, n:int) -> tuple[bytearray, int, str]:
+      mem, base = memory(u.src[0]), u.src[0].dtype
+      size = len(mem) // base.itemsize
+      if not 0 <= addr <= size - n: raise IndexError(f"{prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
+      return mem, addr * base.itemsize, f"{n}{base.fmt}"
+    while pc < len(uops):
+      u = uops[pc]
+      src = [vals.get(s) for s in u.src]
+      if u.op is Ops.END:
+        vals[u.src[0]] += 1
+        if vals[u.src[0]] < u.src[0].src[0].arg: pc = start[u.src[0]] + 1; continue
+      elif u.op is Ops.BARRIER: yield
+      elif u.op is Ops.RANGE: vals[u] = 0
+      elif u.op is Ops.SPECIAL: vals[u] = (gid if u.arg[0][0] == "g" else lid)[int(u.arg[0][4:])]
+      elif u.op is Ops.CONST: vals[u] = u.arg
+      elif u.op is Ops.DEFINE_ACC: vals[u] = src[0]
+      elif u.op is Ops.ASSIGN: vals[u.src[0]] = src[1]
+      elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC: vals[u] = src[0]
+      elif u.op is Ops.LOAD:
+        if len(src) > 2 and not src[2]: vals[u] = 0.0 if u.dtype.count == 1 else (0.0,) * u.dtype.count
+        else:
+          mem, offset, fmt = access(u, src[1], u.dtype.count)
+          out = struct.unpack_from(fmt, mem, offset)
+          vals[u] = out[0] if u.dtype.count == 1 else out
+      elif u.op is Ops.STORE:
+        if len(src) < 4 or src[3]:
+          mem, offset, fmt = access(u, src[1], u.src[2].dtype.count)
+          struct.pack_into(fmt, mem, offset, *(src[2] if u.src[2].dtype.count > 1 else [src[2]]))
+      elif u.op is Ops.GEP: vals[u] = src[0][u.arg]
+      elif u.op is Ops.VECTORIZE: vals[u] = tuple(src)
+      elif u.op is Ops.CAST: vals[u] = _convert(u.dtype, src[0])
+      elif u.op in GroupOp.ALU: vals[u] = exec_alu(u.op, u.dtype, src)
+      pc += 1
+
 class Compiled:
   def __init__(self, name:str, runtime, renderer:Renderer):
     self.name, self.runtime, self.renderer = name, runtime, renderer
@@ -1393,6 +1476,7 @@ class Compiled:
       return self.runtime.alloc(nbytes)
   def free(self, buf, nbytes:int): self.free_cache[nbytes].append(buf)
   def program(self, prog:Program) -> Callable:
+    if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
     if prog.src not in self.programs:
       key = hashlib.sha256(f"{self.runtime.compiler_id}\n{prog.src}".encode()).hexdigest()
       path = os.path.join(cache_dir(), key + ".bin")
@@ -1415,10 +1499,10 @@ class _Device:
     if name == "CPU": return CPURuntime()
     if name == "CUDA": import cuda_rt; return cuda_rt.CUDADevice()
     if name == "METAL": import metal_rt; return metal_rt.MetalDevice()
-    if name == "PYTHON": return Emulator()
     raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.renderers)}")
   def __getitem__(self, name:str) -> Compiled:
     name = name.upper()
+    if name == "PYTHON" and name not in self.opened: self.opened[name] = Compiled(name, Emulator(), PythonRenderer())
     if name not in self.opened:
       rt = self.runtime(name)
       renderer = self.renderers[name]()

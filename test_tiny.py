@@ -1,0 +1,759 @@
+"""tiny's Tensor, op by op, as a specification.
+
+Every expected value is computed here from nested Python lists (never by tiny, never by numpy), on random inputs with
+odd, non-square shapes, so that tails, masks, strides and broadcasts all get exercised. Inputs are rounded to float32
+first, so a reference sees exactly the numbers the kernel sees.
+"""
+import array, gc, itertools, math, operator, os, random, struct, subprocess, sys, textwrap
+from pathlib import Path
+import pytest
+import tiny
+from tiny import Tensor, dtypes
+
+HERE = Path(__file__).resolve().parent
+
+# ------------------------------------------------------------------------------------------------------------------
+# helpers and the pure-Python reference
+
+def f32(x: float) -> float: return struct.unpack("f", struct.pack("f", x))[0]
+def f16(x: float) -> float: return struct.unpack("e", struct.pack("e", x))[0]
+
+def shape_of(x) -> tuple: return (len(x),) + shape_of(x[0]) if isinstance(x, list) else ()
+def flat(x) -> list: return [v for e in x for v in flat(e)] if isinstance(x, list) else [x]
+
+def at(x, idx):
+  for i in idx: x = x[i]
+  return x
+
+def build(shape, fn, idx=()):
+  """The nested list of `shape` whose element at idx is fn(idx); a scalar for shape ()."""
+  if len(idx) == len(shape): return fn(idx)
+  return [build(shape, fn, idx + (i,)) for i in range(shape[len(idx)])]
+
+def rand_list(shape, seed, lo=-2.0, hi=2.0):
+  rng = random.Random(seed)
+  return build(shape, lambda _: f32(rng.uniform(lo, hi)))
+
+def rand_ints(shape, seed, lo=-9, hi=9):
+  rng = random.Random(seed)
+  return build(shape, lambda _: rng.randint(lo, hi))
+
+def broadcast_shape(*shapes) -> tuple:
+  n = max(len(s) for s in shapes)
+  out = []
+  for dims in zip(*[(1,) * (n - len(s)) + tuple(s) for s in shapes]):
+    sizes = set(dims) - {1}
+    assert len(sizes) <= 1, f"reference cannot broadcast {shapes}"
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
+
+def source_index(idx, shape) -> tuple:
+  """The element of an array of `shape` that broadcasts to position idx of a bigger array."""
+  return tuple(0 if s == 1 else i for i, s in zip(idx[len(idx) - len(shape):], shape))
+
+def ref_ew(fn, *xs):
+  """fn elementwise over nested lists or scalars, broadcast as numpy does."""
+  shapes = [shape_of(x) for x in xs]
+  return build(broadcast_shape(*shapes), lambda idx: fn(*[at(x, source_index(idx, s)) for x, s in zip(xs, shapes)]))
+
+def ref_reduce(fn, x, axis=None, keepdim=False):
+  shape = shape_of(x)
+  axes = range(len(shape)) if axis is None else [axis] if isinstance(axis, int) else axis
+  axes = {a % len(shape) for a in axes}
+  kept = [d for d in range(len(shape)) if d not in axes]
+  def cell(idx):  # idx holds one position per kept axis
+    pos = dict(zip(kept, idx))
+    ranges = [range(s) if d in axes else (pos[d],) for d, s in enumerate(shape)]
+    return fn([at(x, j) for j in itertools.product(*ranges)])
+  if not keepdim: return build(tuple(shape[d] for d in kept), cell)
+  return build(tuple(1 if d in axes else s for d, s in enumerate(shape)), lambda idx: cell([idx[d] for d in kept]))
+
+def mean(v): return math.fsum(v) / len(v)
+
+def ref_reshape(x, shape):
+  values = flat(x)
+  return build(shape, lambda idx: values[sum(i * math.prod(shape[d + 1:]) for d, i in enumerate(idx))])
+
+def ref_permute(x, order):
+  shape = shape_of(x)
+  def cell(idx):
+    src = [0] * len(order)
+    for k, d in enumerate(order): src[d] = idx[k]
+    return at(x, src)
+  return build(tuple(shape[d] for d in order), cell)
+
+def ref_pad(x, pads, value=0.0):
+  shape = shape_of(x)
+  def cell(idx):
+    src = tuple(i - b for i, (b, _) in zip(idx, pads))
+    return at(x, src) if all(0 <= j < s for j, s in zip(src, shape)) else value
+  return build(tuple(b + s + a for s, (b, a) in zip(shape, pads)), cell)
+
+def ref_getitem(x, key):
+  """Python's own list indexing, one axis at a time, with numpy's None and ... ."""
+  key = key if isinstance(key, tuple) else (key,)
+  if any(k is Ellipsis for k in key):
+    i = next(i for i, k in enumerate(key) if k is Ellipsis)
+    real = sum(k is not None and k is not Ellipsis for k in key)
+    key = key[:i] + (slice(None),) * (len(shape_of(x)) - real) + key[i + 1:]
+  def go(x, key):
+    if not key: return x
+    k, rest = key[0], key[1:]
+    if k is None: return [go(x, rest)]
+    if isinstance(k, int): return go(x[k], rest)
+    return [go(e, rest) for e in x[k]]
+  return go(x, key)
+
+def ref_cat(xs, dim): return sum(xs, []) if dim == 0 else [ref_cat(list(parts), dim - 1) for parts in zip(*xs)]
+def ref_unsqueeze(x, dim): return [x] if dim == 0 else [ref_unsqueeze(e, dim - 1) for e in x]
+
+def matmul2d(a, b):
+  return [[math.fsum(a[i][k] * b[k][j] for k in range(len(b))) for j in range(len(b[0]))] for i in range(len(a))]
+
+def ref_matmul(a, b):
+  sa, sb = shape_of(a), shape_of(b)
+  if len(sa) == 1 and len(sb) == 1: return math.fsum(x * y for x, y in zip(a, b))
+  if len(sa) == 1: return ref_reshape(ref_matmul([a], b), sb[:-2] + sb[-1:])  # (k,) acts as (1,k), then drops the 1
+  if len(sb) == 1: return ref_reshape(ref_matmul(a, [[v] for v in b]), sa[:-1])  # (k,) acts as (k,1), then drops the 1
+  def one(idx): return matmul2d(at(a, source_index(idx, sa[:-2])), at(b, source_index(idx, sb[:-2])))
+  return build(broadcast_shape(sa[:-2], sb[:-2]), one)  # batch dims broadcast
+
+def ref_softmax(x, axis, log=False):
+  top = ref_reduce(max, x, axis, keepdim=True)
+  total = ref_reduce(math.fsum, ref_ew(lambda v, m: math.exp(v - m), x, top), axis, keepdim=True)
+  if log: return ref_ew(lambda v, m, s: v - m - math.log(s), x, top, total)
+  return ref_ew(lambda v, m, s: math.exp(v - m) / s, x, top, total)
+
+def assert_close(got, want, rtol=1e-5, atol=1e-6):
+  assert shape_of(got) == shape_of(want), f"shape {shape_of(got)} != {shape_of(want)}"
+  for i, (g, w) in enumerate(zip(flat(got), flat(want))):
+    assert math.isclose(g, w, rel_tol=rtol, abs_tol=atol), f"element {i} (flat): got {g}, want {w}"
+
+def realized(*shapes, seed=0): return [Tensor(rand_list(s, seed + i)).realize() for i, s in enumerate(shapes)]
+
+def run_python(code: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
+  """Runs `code` in a fresh interpreter with its own kernel cache; stdout and stderr come back interleaved."""
+  full_env = {**os.environ, "DEBUG": "0", "TINY_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(HERE), **env}
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=HERE, env=full_env, timeout=300,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+# ------------------------------------------------------------------------------------------------------------------
+# creation
+
+def test_tensor_from_nested_list_keeps_shape_and_values():
+  x = rand_list((3, 7), 1)
+  t = Tensor(x)
+  assert isinstance(t.shape, tuple) and t.shape == (3, 7)
+  assert (t.ndim, t.numel(), len(t)) == (2, 21, 3)
+  assert t.tolist() == x
+
+@pytest.mark.parametrize("value, dtype", [(1.5, dtypes.float32), (7, dtypes.int32), (True, dtypes.bool)])
+def test_python_type_chooses_dtype(value, dtype):
+  assert Tensor([value, value, value]).dtype == dtype
+  scalar = Tensor(value)
+  assert scalar.shape == () and scalar.dtype == dtype and scalar.item() == value
+
+def test_dtype_aliases():
+  assert dtypes.float == dtypes.float32 and dtypes.int == dtypes.int32
+
+def test_explicit_dtype_converts_python_values():
+  t = Tensor([1, -2, 3], dtype=dtypes.float32)
+  assert t.dtype == dtypes.float32 and t.tolist() == [1.0, -2.0, 3.0]
+
+def test_empty_has_shape_and_dtype_only():
+  assert Tensor.empty(3, 7).shape == (3, 7) and Tensor.empty((5, 1, 3)).dtype == dtypes.float32
+  assert shape_of(Tensor.empty(7, 33).tolist()) == (7, 33)
+
+CONSTANT_MAKERS = {"zeros": (lambda s: Tensor.zeros(*s), 0.0), "ones": (lambda s: Tensor.ones(s), 1.0),
+                   "full": (lambda s: Tensor.full(s, -2.5), -2.5)}
+
+@pytest.mark.parametrize("maker", CONSTANT_MAKERS)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (1003,), (5, 1, 3)])
+def test_constant_tensors_fill_every_element(maker, shape):
+  make, value = CONSTANT_MAKERS[maker]
+  t = make(shape)
+  assert t.shape == shape and t.dtype == dtypes.float32 and t.tolist() == build(shape, lambda _: value)
+
+def test_constant_tensor_with_int_dtype():
+  t = Tensor.zeros(3, 7, dtype=dtypes.int32)
+  assert t.dtype == dtypes.int32 and t.tolist() == build((3, 7), lambda _: 0)
+
+@pytest.mark.parametrize("args", [(7,), (2, 33, 3), (10, -1, -3), (1003,)])
+def test_arange_matches_range(args):
+  t = Tensor.arange(*args)
+  assert t.dtype == dtypes.int32 and t.tolist() == list(range(*args))
+
+def test_arange_with_float_step():
+  t = Tensor.arange(0, 1.75, 0.25)
+  assert t.dtype == dtypes.float32 and t.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_eye_is_identity(n):
+  assert Tensor.eye(n).tolist() == build((n, n), lambda i: 1.0 if i[0] == i[1] else 0.0)
+
+def test_like_constructors_copy_shape_and_dtype():
+  t = Tensor(rand_ints((3, 7), 2))
+  for made, value in [(t.zeros_like(), 0), (t.ones_like(), 1), (Tensor.full_like(t, 4), 4)]:
+    assert made.shape == (3, 7) and made.dtype == dtypes.int32 and made.tolist() == build((3, 7), lambda _: value)
+
+def test_random_shapes_as_varargs_or_tuple():
+  for make in (Tensor.rand, Tensor.randn):
+    assert make(3, 7).shape == make((3, 7)).shape == (3, 7) and make(5, 1, 3).dtype == dtypes.float32
+
+def test_rand_is_uniform_in_unit_interval():
+  Tensor.manual_seed(0)
+  v = Tensor.rand(10007).tolist()
+  assert all(0.0 <= x < 1.0 for x in v)
+  assert abs(mean(v) - 0.5) < 0.02 and len(set(v)) > 9000
+
+def test_randn_is_standard_normal():
+  Tensor.manual_seed(0)
+  v = Tensor.randn(10007).tolist()
+  m = mean(v)
+  assert abs(m) < 0.05 and abs(math.sqrt(mean([(x - m) ** 2 for x in v])) - 1) < 0.05
+
+def test_manual_seed_repeats_the_stream():
+  Tensor.manual_seed(1234)
+  first = Tensor.rand(3, 7).tolist()
+  Tensor.manual_seed(1234)
+  assert Tensor.rand(3, 7).tolist() == first
+
+def test_consecutive_rand_calls_differ():
+  Tensor.manual_seed(5)
+  a, b = Tensor.rand(33), Tensor.rand(33)
+  assert a.tolist() != b.tolist()
+
+def test_rand_values_do_not_depend_on_realize_order():
+  Tensor.manual_seed(7)
+  a, b = Tensor.rand(1003), Tensor.rand(7, 33)
+  in_order = (a.tolist(), b.tolist())
+  Tensor.manual_seed(7)
+  a, b = Tensor.rand(1003), Tensor.rand(7, 33)
+  b_first = b.tolist()
+  assert (a.tolist(), b_first) == in_order
+
+# ------------------------------------------------------------------------------------------------------------------
+# elementwise
+
+UNARY = {  # name: (tiny, reference, input range)
+  "neg": (lambda t: -t, lambda x: -x, (-3, 3)),
+  "exp": (Tensor.exp, math.exp, (-3, 3)),
+  "log": (Tensor.log, math.log, (0.1, 5)),
+  "sqrt": (Tensor.sqrt, math.sqrt, (0, 5)),
+  "sin": (Tensor.sin, math.sin, (-6, 6)),
+  "relu": (Tensor.relu, lambda x: max(x, 0.0), (-3, 3)),
+  "sigmoid": (Tensor.sigmoid, lambda x: 1 / (1 + math.exp(-x)), (-6, 6)),
+  "tanh": (Tensor.tanh, math.tanh, (-4, 4)),
+  "abs": (Tensor.abs, abs, (-3, 3)),
+}
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("shape", [(1003,), (5, 1, 3)])
+def test_unary_op_matches_reference(name, shape):
+  op, ref, (lo, hi) = UNARY[name]
+  x = rand_list(shape, 3, lo, hi)
+  got = op(Tensor(x))
+  assert got.dtype == dtypes.float32
+  assert_close(got.tolist(), ref_ew(ref, x), rtol=1e-4, atol=1e-5)
+
+BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (1003,)])
+def test_binary_op_matches_reference(op, shape):
+  a = rand_list(shape, 4)
+  b = ref_ew(lambda v: v if abs(v) > 0.5 else v + 1.5, rand_list(shape, 5))  # keeps divisors away from 0
+  assert_close(BINARY[op](Tensor(a), Tensor(b)).tolist(), ref_ew(BINARY[op], a, b))
+
+SCALAR_OPS = [("t+1.5", lambda t: t + 1.5), ("1.5+t", lambda t: 1.5 + t), ("t-2", lambda t: t - 2),
+              ("2-t", lambda t: 2 - t),
+              ("t*3", lambda t: t * 3), ("3*t", lambda t: 3 * t), ("t/4", lambda t: t / 4), ("1/t", lambda t: 1 / t)]
+
+@pytest.mark.parametrize("name, op", SCALAR_OPS, ids=[n for n, _ in SCALAR_OPS])
+def test_python_scalar_on_either_side(name, op):
+  x = rand_list((7, 33), 6, 0.5, 2.0)
+  got = op(Tensor(x))
+  assert got.dtype == dtypes.float32
+  assert_close(got.tolist(), ref_ew(op, x))
+
+def test_maximum_and_minimum_broadcast():
+  a, b = rand_list((3, 7), 7), rand_list((7,), 8)
+  assert_close(Tensor(a).maximum(Tensor(b)).tolist(), ref_ew(max, a, b))
+  assert_close(Tensor(a).minimum(Tensor(b)).tolist(), ref_ew(min, a, b))
+
+def test_maximum_and_minimum_with_scalar():
+  x = rand_list((1003,), 9)
+  assert_close(Tensor(x).maximum(0.5).tolist(), ref_ew(lambda v: max(v, 0.5), x))
+  assert_close(Tensor(x).minimum(-0.5).tolist(), ref_ew(lambda v: min(v, -0.5), x))
+
+def test_where_selects_with_broadcasting():
+  c, a, b = rand_list((3, 7), 10), rand_list((3, 1), 11), rand_list((7,), 12)
+  got = (Tensor(c) > 0).where(Tensor(a), Tensor(b))
+  assert_close(got.tolist(), ref_ew(lambda k, x, y: x if k > 0 else y, c, a, b))
+
+def test_where_with_scalar_branches():
+  x = rand_list((7, 33), 13)
+  assert_close((Tensor(x) > 0).where(Tensor(x), 0.0).tolist(), ref_ew(lambda v: v if v > 0 else 0.0, x))
+  assert (Tensor(x) < 0).where(-1.0, 1.0).tolist() == ref_ew(lambda v: -1.0 if v < 0 else 1.0, x)
+
+COMPARISONS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+               ">=": operator.ge}
+
+@pytest.mark.parametrize("op", COMPARISONS)
+def test_comparison_returns_bool_tensor(op):
+  a, b = rand_ints((7, 33), 14, -2, 2), rand_ints((33,), 15, -2, 2)  # small ints, so that ties are common
+  a, b = ref_ew(float, a), ref_ew(float, b)
+  got = COMPARISONS[op](Tensor(a), Tensor(b))
+  assert got.dtype == dtypes.bool
+  values = got.tolist()
+  assert values == ref_ew(COMPARISONS[op], a, b) and all(isinstance(v, bool) for v in flat(values))
+
+def test_comparison_with_scalar_on_either_side():
+  x = rand_list((1003,), 16)
+  assert (Tensor(x) < 0.5).tolist() == ref_ew(lambda v: v < 0.5, x)
+  assert (0.5 < Tensor(x)).tolist() == ref_ew(lambda v: 0.5 < v, x)
+  assert (Tensor(rand_ints((3, 7), 17)) == 2).tolist() == ref_ew(lambda v: v == 2, rand_ints((3, 7), 17))
+
+def test_cast_float_to_int_truncates_toward_zero():
+  x = rand_list((7, 33), 18, -9, 9)
+  assert Tensor(x).int().dtype == dtypes.int32
+  assert Tensor(x).int().tolist() == ref_ew(int, x) == Tensor(x).cast(dtypes.int32).tolist()
+
+def test_cast_to_bool_means_nonzero():
+  x = ref_ew(lambda v: float(v), rand_ints((3, 7), 19, -1, 1))
+  assert Tensor(x).bool().dtype == dtypes.bool
+  assert Tensor(x).bool().tolist() == ref_ew(bool, x)
+
+def test_cast_int_and_bool_to_float():
+  x = rand_ints((3, 7), 20)
+  assert Tensor(x).float().dtype == dtypes.float32 and Tensor(x).float().tolist() == ref_ew(float, x)
+  assert Tensor([True, False, True]).float().tolist() == [1.0, 0.0, 1.0]
+
+def test_int_arithmetic_stays_int():
+  a, b = rand_ints((3, 7), 21), rand_ints((3, 7), 22)
+  for op in (operator.add, operator.sub, operator.mul):
+    got = op(Tensor(a), Tensor(b))
+    assert got.dtype == dtypes.int32 and got.tolist() == ref_ew(op, a, b)
+
+def test_int_division_is_true_division():
+  a, b = rand_ints((3, 7), 23), rand_ints((3, 7), 24, 1, 9)
+  got = Tensor(a) / Tensor(b)
+  assert got.dtype == dtypes.float32
+  assert_close(got.tolist(), ref_ew(operator.truediv, a, b))
+
+# ------------------------------------------------------------------------------------------------------------------
+# broadcasting
+
+@pytest.mark.parametrize("sa, sb", [((3, 1), (1, 7)), ((5, 1, 3), (7, 1)), ((1,), (1003,)), ((), (3, 7)),
+                                    ((1, 1), (7, 33)), ((7, 33), (33,))])
+def test_elementwise_broadcasts_like_numpy(sa, sb):
+  a, b = rand_list(sa, 25), rand_list(sb, 26)
+  got = Tensor(a) * Tensor(b) + Tensor(b)
+  assert got.shape == broadcast_shape(sa, sb)
+  assert_close(got.tolist(), ref_ew(lambda x, y: x * y + y, a, b))
+
+# ------------------------------------------------------------------------------------------------------------------
+# reductions
+
+REDUCTIONS = {"sum": (Tensor.sum, math.fsum), "max": (Tensor.max, max), "min": (Tensor.min, min),
+              "mean": (Tensor.mean, mean)}
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+@pytest.mark.parametrize("shape, axis, keepdim", [((3, 7), None, False), ((3, 7), 0, False), ((3, 7), 1, True),
+                                                  ((3, 7), -1, False), ((5, 1, 3), (0, 2), False), ((5, 1, 3), 1, True),
+                                                  ((7, 33), (0, 1), True), ((1003,), 0, False)])
+def test_reduction_matches_reference(name, shape, axis, keepdim):
+  op, ref = REDUCTIONS[name]
+  x = rand_list(shape, 27)
+  got = op(Tensor(x), axis=axis, keepdim=keepdim)
+  want = ref_reduce(ref, x, axis, keepdim)
+  assert got.shape == shape_of(want)
+  assert_close(got.tolist(), want, atol=1e-4)
+
+def test_sum_of_many_elements():
+  x = rand_list((100003,), 28)
+  assert_close(Tensor(x).sum().item(), math.fsum(x), atol=1e-2)
+
+def test_sum_of_bool_counts_true_values():
+  x = rand_list((7, 33), 29)
+  got = (Tensor(x) > 0).sum(axis=1)
+  assert got.dtype == dtypes.int32 and got.tolist() == ref_reduce(lambda v: sum(e > 0 for e in v), x, 1)
+
+def test_int_reductions_stay_int():
+  x = rand_ints((7, 33), 30)
+  assert Tensor(x).sum(axis=0).dtype == dtypes.int32 and Tensor(x).sum(axis=0).tolist() == ref_reduce(sum, x, 0)
+  assert Tensor(x).max(axis=1).tolist() == ref_reduce(max, x, 1)
+
+# ------------------------------------------------------------------------------------------------------------------
+# movement
+
+@pytest.mark.parametrize("shape, new, want", [((3, 7), (7, -1), (7, 3)), ((3, 7), (21,), (21,)),
+                                              ((5, 1, 3), (None, -1), (5, 3)),
+                                              ((1003,), (17, 59), (17, 59)), ((7, 33), (3, 7, 11), (3, 7, 11))])
+def test_reshape_keeps_row_major_order(shape, new, want):
+  x = rand_list(shape, 31)
+  got = Tensor(x).reshape(*new)
+  assert got.shape == want and got.tolist() == ref_reshape(x, want)
+
+@pytest.mark.parametrize("shape, order", [((3, 7), (1, 0)), ((5, 1, 3), (2, 0, 1)), ((2, 3, 7), (1, 2, 0))])
+def test_permute_reorders_axes(shape, order):
+  x = rand_list(shape, 32)
+  assert Tensor(x).permute(*order).tolist() == ref_permute(x, order) == Tensor(x).permute(order).tolist()
+
+@pytest.mark.parametrize("shape, new, want", [((3, 1), (3, 7), (3, 7)), ((1,), (1003,), (1003,)),
+                                              ((5, 1, 3), (5, 7, 3), (5, 7, 3)), ((1, 33), (7, -1), (7, 33))])
+def test_expand_repeats_size_one_axes(shape, new, want):
+  x = rand_list(shape, 33)
+  got = Tensor(x).expand(*new)
+  assert got.shape == want and got.tolist() == build(want, lambda idx: at(x, source_index(idx, shape)))
+
+@pytest.mark.parametrize("shape, pads, value", [((3, 7), ((1, 2), (0, 3)), 0.0), ((1003,), ((5, 2),), -1.5),
+                                                ((5, 1, 3), ((0, 0), (2, 1), (1, 1)), 2.0)])
+def test_pad_surrounds_with_value(shape, pads, value):
+  x = rand_list(shape, 34)
+  got = Tensor(x).pad(pads) if value == 0 else Tensor(x).pad(pads, value=value)
+  assert got.tolist() == ref_pad(x, pads, value)
+
+@pytest.mark.parametrize("shape, bounds", [((3, 7), ((1, 3), (2, 7))), ((5, 1, 3), (None, (0, 1), (1, 2))),
+                                           ((1003,), ((17, 1000),))])
+def test_shrink_keeps_a_window(shape, bounds):
+  x = rand_list(shape, 35)
+  full = [b if b is not None else (0, s) for b, s in zip(bounds, shape)]
+  want = build(tuple(e - b for b, e in full), lambda idx: at(x, tuple(i + b for i, (b, _) in zip(idx, full))))
+  assert Tensor(x).shrink(bounds).tolist() == want
+
+@pytest.mark.parametrize("shape, axis", [((3, 7), 0), ((3, 7), (0, 1)), ((5, 1, 3), -1), ((1003,), 0)])
+def test_flip_reverses_axes(shape, axis):
+  x = rand_list(shape, 36)
+  axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
+  def cell(idx): return at(x, tuple(s - 1 - i if d in axes else i for d, (i, s) in enumerate(zip(idx, shape))))
+  want = build(shape, cell)
+  assert Tensor(x).flip(axis).tolist() == want
+
+def test_transpose_and_T():
+  x, y = rand_list((3, 7), 37), rand_list((5, 1, 3), 38)
+  assert Tensor(x).transpose().tolist() == Tensor(x).T.tolist() == ref_permute(x, (1, 0))
+  assert Tensor(y).transpose(0, 2).tolist() == ref_permute(y, (2, 1, 0))
+
+def test_squeeze_unsqueeze_flatten():
+  x = rand_list((5, 1, 3), 39)
+  t = Tensor(x)
+  assert t.squeeze().shape == t.squeeze(1).shape == (5, 3) and t.squeeze(0).shape == (5, 1, 3)
+  assert t.squeeze().tolist() == ref_reshape(x, (5, 3))
+  assert t.unsqueeze(0).tolist() == [x] and t.unsqueeze(-1).tolist() == ref_reshape(x, (5, 1, 3, 1))
+  assert t.flatten().tolist() == flat(x) and t.flatten(1).tolist() == ref_reshape(x, (5, 3))
+
+GETITEM = [((3, 7), 1), ((3, 7), -1), ((3, 7), (slice(None), 2)), ((7, 33), (slice(1, 6, 2), slice(None, None, -3))),
+           ((1003,), slice(None, None, -7)), ((1003,), slice(5, 900, 11)), ((5, 1, 3), (None, Ellipsis, 1)),
+           ((5, 1, 3), (Ellipsis, -2)), ((5, 1, 3), (2, 0, slice(None, None, -1))),
+           ((3, 7), (-2, None, slice(3, None)))]
+
+@pytest.mark.parametrize("shape, key", GETITEM, ids=[f"{s}-{k}" for s, k in GETITEM])
+def test_getitem_matches_python_indexing(shape, key):
+  x = rand_list(shape, 40)
+  got = Tensor(x)[key]
+  want = ref_getitem(x, key)
+  assert got.shape == shape_of(want) and got.tolist() == want
+
+def test_cat_joins_along_dim():
+  a, b, c = rand_list((3, 7), 41), rand_list((2, 7), 42), rand_list((3, 2), 43)
+  assert Tensor.cat(Tensor(a), Tensor(b), dim=0).tolist() == ref_cat([a, b], 0)
+  assert Tensor(a).cat(Tensor(c), Tensor(a), dim=1).tolist() == ref_cat([a, c, a], 1)
+  assert Tensor(a).cat(Tensor(c), dim=-1).tolist() == ref_cat([a, c], 1)
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_stack_adds_a_dim(dim):
+  xs = [rand_list((3, 7), 44 + i) for i in range(3)]
+  d = dim % 3
+  got = Tensor.stack(*[Tensor(x) for x in xs], dim=dim)
+  assert got.tolist() == ref_cat([ref_unsqueeze(x, d) for x in xs], d)
+
+def test_contiguous_and_clone_keep_values():
+  x = rand_list((7, 33), 47)
+  assert Tensor(x).permute(1, 0).contiguous().tolist() == ref_permute(x, (1, 0))
+  t = Tensor(x)
+  c = t.clone()
+  assert c is not t and c.tolist() == x
+
+def test_views_of_computed_values():
+  x, y = rand_list((7, 3), 48), rand_list((2, 11), 49)
+  got = ((Tensor(x) * 2).permute(1, 0)[1:, ::-2].pad(((0, 0), (3, 4))) + Tensor(y))
+  view = ref_getitem(ref_permute(ref_ew(lambda v: v * 2, x), (1, 0)), (slice(1, None), slice(None, None, -2)))
+  want = ref_ew(operator.add, ref_pad(view, ((0, 0), (3, 4))), y)
+  assert_close(got.tolist(), want)
+
+# ------------------------------------------------------------------------------------------------------------------
+# composites
+
+MATMUL_SHAPES = [((7,), (7,)), ((3, 7), (7,)), ((7,), (7, 5)), ((3, 7), (7, 5)), ((1, 33), (33, 1)), ((33, 1), (1, 33)),
+                 ((2, 3, 7), (2, 7, 5)), ((2, 3, 7), (7, 5)), ((1, 3, 7), (4, 7, 5))]
+
+@pytest.mark.parametrize("sa, sb", MATMUL_SHAPES)
+def test_matmul_matches_reference(sa, sb):
+  a, b = rand_list(sa, 50), rand_list(sb, 51)
+  got = Tensor(a) @ Tensor(b)
+  want = ref_matmul(a, b)
+  assert got.shape == shape_of(want)
+  assert_close(got.tolist(), want, atol=1e-5)
+
+def test_matmul_and_dot_methods_equal_operator():
+  a, b = Tensor(rand_list((3, 7), 52)), Tensor(rand_list((7, 5), 53))
+  assert a.matmul(b).tolist() == a.dot(b).tolist() == (a @ b).tolist()
+
+@pytest.mark.parametrize("shape, axis", [((3, 7), -1), ((7, 33), -1), ((1003,), -1), ((5, 1, 3), 0)])
+def test_softmax_matches_reference(shape, axis):
+  x = rand_list(shape, 54, -5, 5)
+  assert_close(Tensor(x).softmax(axis).tolist(), ref_softmax(x, axis), rtol=1e-4)
+
+@pytest.mark.parametrize("shape, axis", [((3, 7), -1), ((7, 33), -1), ((5, 1, 3), 0)])
+def test_log_softmax_matches_reference(shape, axis):
+  x = rand_list(shape, 55, -5, 5)
+  assert_close(Tensor(x).log_softmax(axis).tolist(), ref_softmax(x, axis, log=True), rtol=1e-4, atol=1e-5)
+
+def test_softmax_is_stable_for_large_inputs():
+  x = [[1000.0, 1001.0, 999.0], [-1000.0, -1003.0, -1001.0]]
+  assert_close(Tensor(x).softmax().tolist(), ref_softmax(x, -1), rtol=1e-4)
+
+# ------------------------------------------------------------------------------------------------------------------
+# dtypes
+
+PROMOTIONS = [(dtypes.float32, dtypes.int32, dtypes.float32), (dtypes.int32, dtypes.bool, dtypes.int32),
+              (dtypes.int8, dtypes.int32, dtypes.int32), (dtypes.int32, dtypes.int64, dtypes.int64),
+              (dtypes.float16, dtypes.float32, dtypes.float32)]
+
+@pytest.mark.parametrize("a, b, want", PROMOTIONS)
+def test_binary_op_promotes_dtype(a, b, want):
+  got = Tensor([1, 0, 1], dtype=a) + Tensor([1, 1, 0], dtype=b)
+  assert got.dtype == want and got.tolist() == [2, 1, 1]
+
+def test_int_tensor_with_float_scalar_becomes_float():
+  got = Tensor([1, 2, 3]) * 1.5
+  assert got.dtype == dtypes.float32 and got.tolist() == [1.5, 3.0, 4.5]
+
+def test_float16_rounds_to_half_precision():
+  x = rand_list((33,), 56)
+  t = Tensor(x, dtype=dtypes.float16)
+  assert t.dtype == dtypes.float16 and t.tolist() == [f16(v) for v in x]
+  assert Tensor(x).cast(dtypes.float16).float().tolist() == [f16(v) for v in x]
+
+def test_int8_holds_its_whole_range():
+  x = rand_ints((7, 33), 57, -128, 127)
+  assert Tensor(x, dtype=dtypes.int8).tolist() == x and Tensor(x, dtype=dtypes.int8).dtype == dtypes.int8
+
+def test_uint8_arithmetic_wraps():
+  got = Tensor(bytes([200, 10, 255])) + Tensor(bytes([100, 10, 1]))
+  assert got.dtype == dtypes.uint8 and got.tolist() == [44, 20, 0]
+  assert Tensor([300, -1, 255]).cast(dtypes.uint8).tolist() == [44, 255, 255]
+
+def test_int64_keeps_values_beyond_int32():
+  t = Tensor([2**40, -2**40 + 3, 7], dtype=dtypes.int64) * 3
+  assert t.dtype == dtypes.int64 and t.tolist() == [3 * 2**40, 3 * (-2**40 + 3), 21]
+
+# ------------------------------------------------------------------------------------------------------------------
+# interop and output
+
+def test_realize_returns_the_tensor():
+  t = Tensor([1.0, 2.0]) + 1
+  assert t.realize() is t
+
+def test_item_of_single_element():
+  assert Tensor([[2.5]]).item() == 2.5
+  x = rand_list((3, 7), 58)
+  assert_close(Tensor(x).sum().item(), math.fsum(flat(x)), atol=1e-5)
+
+def test_from_float_array():
+  x = rand_list((1003,), 59)
+  t = Tensor(array.array("f", x))
+  assert t.shape == (1003,) and t.dtype == dtypes.float32 and t.tolist() == x
+
+def test_from_int_array():
+  x = rand_ints((33,), 60, -2**31, 2**31 - 1)
+  t = Tensor(array.array("i", x))
+  assert t.dtype == dtypes.int32 and t.tolist() == x
+
+def test_from_bytes_is_uint8():
+  t = Tensor(bytes([0, 1, 127, 128, 255]))
+  assert t.dtype == dtypes.uint8 and t.shape == (5,) and t.tolist() == [0, 1, 127, 128, 255]
+
+def test_from_shaped_memoryview():
+  x = rand_list((2, 3), 61)
+  t = Tensor(memoryview(array.array("f", flat(x))).cast("B").cast("f", shape=[2, 3]))
+  assert t.shape == (2, 3) and t.dtype == dtypes.float32 and t.tolist() == x
+
+def test_numpy_returns_exact_dtype():
+  np = pytest.importorskip("numpy")
+  x = rand_list((3, 7), 62)
+  for t, want in [(Tensor(x), np.float32), (Tensor(rand_ints((3, 7), 63)), np.int32), (Tensor(x) > 0, np.bool_)]:
+    n = t.numpy()
+    assert n.dtype == want and n.shape == t.shape and n.tolist() == t.tolist()
+
+# ------------------------------------------------------------------------------------------------------------------
+# laziness and fusion (kernel counts come from tiny.render, which runs nothing)
+
+def store_count(src: str) -> int:
+  """Assignments through a pointer or index (`p[i] = ...`, `*(p+i) = ...`), which is how every dialect stores."""
+  import re
+  return len(re.findall(r"[\]\)]\s*=(?!=)", src))
+
+def test_elementwise_chain_is_one_kernel():
+  a, b, c = realized((7, 33), (7, 33), (7, 33))
+  kernels = tiny.render(a * b + c)
+  assert len(kernels) == 1 and kernels[0].name.startswith("E_")
+
+def test_elementwise_fuses_into_the_reduce():
+  a, b, c = realized((7, 33), (7, 33), (7, 33))
+  kernels = tiny.render((a * b + c).sum())
+  assert len(kernels) == 1 and kernels[0].name.startswith("r_")
+
+def test_elementwise_after_reduce_fuses_into_it():
+  x, y = rand_list((7, 33), 64), rand_list((7, 33), 65)
+  a, b = Tensor(x).realize(), Tensor(y).realize()
+  t = (a + b).exp().sum(axis=1) * 2
+  assert len(tiny.render(t)) == 1
+  want = ref_reduce(lambda v: 2 * math.fsum(v), ref_ew(lambda p, q: math.exp(p + q), x, y), 1)
+  assert_close(t.tolist(), want, rtol=1e-4)
+
+def test_softmax_is_at_most_three_kernels():
+  x, = realized((7, 33))
+  assert len(tiny.render(x.softmax(-1))) <= 3
+
+def test_matmul_is_one_kernel():
+  a, b = realized((3, 7), (7, 5))
+  assert len(tiny.render(a @ b)) == 1
+
+def test_outputs_over_one_shape_share_one_kernel():
+  a, b, c, d = realized((7, 33), (7, 33), (7, 33), (7, 33))
+  out1, out2 = a + b + c, a + b + d
+  kernels = tiny.render(out1, out2)
+  assert len(kernels) == 1 and store_count(kernels[0].src) >= 2
+  assert_close(out1.tolist(), ref_ew(lambda *v: sum(v), a.tolist(), b.tolist(), c.tolist()))
+  assert_close(out2.tolist(), ref_ew(lambda *v: sum(v), a.tolist(), b.tolist(), d.tolist()))
+
+def test_render_describes_kernels_without_running_them():
+  a, b = realized((3, 7), (3, 7))
+  t = a * b
+  kernels = tiny.render(t)
+  assert len(tiny.render(t)) == len(kernels) == 1
+  k = kernels[0]
+  assert isinstance(k.src, str) and k.name in k.src and k.global_size is not None and k.local_size is not None
+
+def test_realized_tensor_is_read_not_recomputed():
+  x = rand_list((7, 33), 66)
+  s = Tensor(x).sum(axis=1).realize()
+  assert len(tiny.render(s)) == 0
+  later = s * 2
+  kernels = tiny.render(later)
+  assert len(kernels) == 1 and kernels[0].name.startswith("E_")
+  assert_close(later.tolist(), ref_reduce(lambda v: 2 * math.fsum(v), x, 1), atol=1e-5)
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (1003,)])
+def test_every_output_element_is_written(shape):
+  # a freed NaN buffer of the same size is likely to be handed out again: any element left unwritten shows up as NaN
+  poison = Tensor.full(shape, float("nan")).contiguous().realize()
+  del poison
+  gc.collect()
+  a, b = rand_list(shape, 67), rand_list(shape, 68)
+  assert_close((Tensor(a) * Tensor(b) - 1).tolist(), ref_ew(lambda x, y: x * y - 1, a, b))
+
+def test_every_reduce_output_is_written():
+  poison = Tensor.full((33,), float("nan")).contiguous().realize()
+  del poison
+  gc.collect()
+  x = rand_list((33, 7), 69)
+  assert_close(Tensor(x).max(axis=1).tolist(), ref_reduce(max, x, 1))
+
+# ------------------------------------------------------------------------------------------------------------------
+# errors: raised by the op that is wrong, before anything is realized
+
+def test_broadcast_mismatch_names_both_shapes():
+  with pytest.raises(ValueError) as e: Tensor.ones(3, 7) + Tensor.ones(7, 3)
+  assert "(3, 7)" in str(e.value) and "(7, 3)" in str(e.value)
+
+def test_impossible_reshape_names_both_shapes():
+  with pytest.raises(ValueError) as e: Tensor.ones(3, 7).reshape(4, 5)
+  assert "(3, 7)" in str(e.value) and "(4, 5)" in str(e.value)
+
+def test_axis_out_of_range_is_index_error():
+  t = Tensor.ones(3, 7)
+  for bad in (lambda: t.sum(axis=5), lambda: t.max(axis=-3), lambda: t.permute(0, 2)):
+    with pytest.raises(IndexError): bad()
+
+def test_permute_that_is_not_a_permutation_is_value_error():
+  with pytest.raises(ValueError): Tensor.ones(3, 7).permute(0, 0)
+
+def test_index_out_of_range_is_index_error():
+  t = Tensor.ones(3, 7)
+  for bad in (lambda: t[3], lambda: t[-4], lambda: t[0, 7]):
+    with pytest.raises(IndexError): bad()
+
+def test_matmul_mismatch_names_both_shapes():
+  with pytest.raises(ValueError) as e: Tensor.ones(3, 7) @ Tensor.ones(5, 3)
+  assert "(3, 7)" in str(e.value) and "(5, 3)" in str(e.value)
+
+def test_missing_c_compiler_is_named(tmp_path):
+  r = run_python("""
+    from tiny import Tensor
+    try: (Tensor([1.0, 2.0, 3.0]) * 5 + 3).realize()
+    except RuntimeError as e: print("RuntimeError:", e)
+  """, tmp_path, CC="/nonexistent/cc", DEVICE="CPU")
+  assert "RuntimeError:" in r.stdout and "/nonexistent/cc" in r.stdout and "$CC" in r.stdout, r.stdout
+
+# ------------------------------------------------------------------------------------------------------------------
+# DEBUG output, NOOPT, and the on-disk kernel cache (each in a fresh process, since they read the environment)
+
+DEBUG_SCRIPT = """
+  import tiny
+  from tiny import Tensor
+  t = Tensor([1.0, 2.0, 3.0, 4.0, 5.0]).realize() * 3 - 1
+  print("BUILT", tiny.render(t)[0].name, flush=True)
+  print("VALUES", t.tolist(), flush=True)
+"""
+
+def test_nothing_runs_until_realize(tmp_path):
+  r = run_python(DEBUG_SCRIPT, tmp_path, DEBUG="2")
+  before, after = r.stdout.split("BUILT ", 1)
+  name = after.split()[0]
+  assert not any(name in line for line in before.splitlines()) and "GB/s" in after, r.stdout
+
+def test_debug2_prints_one_line_per_kernel_with_bandwidth(tmp_path):
+  r = run_python(DEBUG_SCRIPT, tmp_path, DEBUG="2")
+  name = r.stdout.split("BUILT ", 1)[1].split()[0]
+  assert name.startswith("E_") and "VALUES [2.0, 5.0, 8.0, 11.0, 14.0]" in r.stdout, r.stdout
+  assert sum(name in line and "GB/s" in line for line in r.stdout.splitlines()) == 1, r.stdout
+
+def test_debug4_prints_kernel_source(tmp_path):
+  src_file = tmp_path / "src.txt"
+  r = run_python(f"""
+    import tiny
+    from tiny import Tensor
+    t = Tensor([1.0, 2.0, 3.0]).realize() * 7 + 2
+    open({str(src_file)!r}, "w").write(tiny.render(t)[0].src)
+    t.realize()
+  """, tmp_path, DEBUG="4")
+  longest = max(src_file.read_text().splitlines(), key=lambda line: len(line.strip())).strip()
+  assert longest in r.stdout, r.stdout
+
+def test_noopt_changes_the_kernel_but_not_the_values(tmp_path):
+  script = """
+    import tiny
+    from tiny import Tensor
+    a, b = Tensor([float(i) for i in range(16)]).realize(), Tensor([0.5] * 16).realize()
+    print("NAME", tiny.render(a + b)[0].name)
+    print("VALUES", (a + b).tolist(), (a.reshape(2, 8) * b.reshape(2, 8)).sum(axis=1).tolist())
+  """
+  runs = [run_python(script, tmp_path, NOOPT=noopt).stdout for noopt in ("0", "1")]
+  names = [out.split("NAME ", 1)[1].split()[0] for out in runs]
+  assert all(n.startswith("E_") for n in names) and names[0] != names[1], runs
+  want = f"VALUES {[i + 0.5 for i in range(16)]} {[sum(range(8)) / 2, sum(range(8, 16)) / 2]}"
+  assert all(want in out for out in runs), runs
+
+def test_second_process_reuses_compiled_kernels(tmp_path):
+  script = "from tiny import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 7 + 0.25).tolist())"
+  cache = tmp_path / "cache"
+  def snapshot(): return {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+  first = run_python(script, tmp_path, DEVICE="CPU")
+  files = snapshot()
+  assert first.returncode == 0 and files, first.stdout
+  second = run_python(script, tmp_path, DEVICE="CPU")
+  assert second.stdout == first.stdout == "[7.25, 14.25, 21.25]\n"
+  assert snapshot() == files
