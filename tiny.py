@@ -179,6 +179,10 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.VIEW: return self.arg.shape
     if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
     return self.src[-1].shape
+  @functools.cached_property
+  def key(self) -> tuple:
+    """A structural sort key, the same in every process: orders the terms of a sum canonically."""
+    return (self.op is Ops.CONST, self.op.value, repr(self.arg), tuple(s.key for s in self.src))
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
   def const_factor(self) -> int:
     """The largest integer this int expression is provably a multiple of."""
@@ -314,6 +318,10 @@ def exact_div(t:UOp, c:int) -> UOp:
   return exact_div(t.src[0], c // math.gcd(c, t.src[1].arg)) * (t.src[1].arg // math.gcd(c, t.src[1].arg))
 
 def is_const(u:UOp) -> bool: return u.op is Ops.CONST
+def sort_terms(a:UOp) -> UOp|None:
+  terms = a.terms()
+  ordered = sorted(terms, key=lambda t: t.key)
+  return None if ordered == terms else functools.reduce(operator.add, ordered)
 
 symbolic = PatternMatcher([
   # constant folding, and an int expression whose bounds pin one value is that value
@@ -333,8 +341,9 @@ symbolic = PatternMatcher([
   (UPat(GroupOp.Commutative, src=(c0, x), name="a"), lambda a, c0, x: None if is_const(x) else a.replace(src=(x, c0))),
   ((xi + c0) + c1, lambda x, c0, c1: x + (c0.arg + c1.arg)),            # (x+c0)+c1 -> x+(c0+c1)
   ((xi * c0) * c1, lambda x, c0, c1: x * (c0.arg * c1.arg)),            # (x*c0)*c1 -> x*(c0*c1)
-  (UPat(Ops.ADD, src=(xi + c0, yi)), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
+  (UPat(Ops.ADD, src=[xi + c0, yi]), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
   ((xi + yi) * c0, lambda x, y, c0: x * c0 + y * c0),                   # (x+y)*c -> x*c+y*c
+  (UPat(Ops.ADD, ints, name="a"), sort_terms),                           # a+b+c in one canonical order
   # like terms
   (xi * c0 + xi * c1, lambda x, c0, c1: x * (c0.arg + c1.arg)),         # x*c0+x*c1 -> x*(c0+c1)
   (xi + xi * c0, lambda x, c0: x * (c0.arg + 1)),                       # x+x*c -> x*(c+1)
@@ -796,8 +805,10 @@ class Tensor:
   def stack(*ts, dim=0) -> Tensor:
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
-  def contiguous(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
-  def clone(self) -> Tensor: return self.contiguous()
+  def _is_buffer(self) -> bool: return _whole_buffer(self.uop)
+  def contiguous(self) -> Tensor:
+    return self if self._is_buffer() else Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
+  def clone(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
 
   # --- composites
   def dot(self, w:Tensor) -> Tensor:
@@ -817,11 +828,11 @@ class Tensor:
     run_schedule(schedule([self, *others]))
     for t in (self, *others): t.uop = realized.get(t.uop, t.uop)
     return self
-  def _data(self) -> memoryview:
-    x = self if self.uop.op is Ops.VIEW and self.uop.src[0].op is Ops.BUFFER and self.uop.arg.is_contiguous \
-      else self.contiguous().realize()
-    buf: Buffer = x.uop.src[0].arg
-    return buf.copyout()[:x.numel() * x.dtype.itemsize]
+  def buffer(self) -> Buffer:
+    """The device memory holding this tensor, computing it (contiguous) first if needed."""
+    if not self._is_buffer(): self.uop = self.contiguous().realize().uop
+    return self.uop.src[0].arg
+  def _data(self) -> memoryview: return self.buffer().copyout()
   def tolist(self):
     vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self._data()))
     for s in reversed(self.shape[1:]): vals = [vals[i:i+s] for i in range(0, len(vals), s)]
@@ -847,6 +858,8 @@ class ScheduleItem:
 
 realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # computed node -> the buffer view holding it
 
+def _whole_buffer(u:UOp) -> bool:
+  return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
 def _expands(st:ShapeTracker) -> bool: return any(st == 0 and s > 1 for v in st.views for s, st in zip(v.shape, v.strides))
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
@@ -856,7 +869,7 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in u.src: consumers[s].append(u)
-  outs = [u for u in dict.fromkeys(sink.src) if not (u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous)]
+  outs = [u for u in dict.fromkeys(sink.src) if not _whole_buffer(u)]
   realize: set[UOp] = set(outs) | {u for u in order if u.op is Ops.CONTIGUOUS}
   has_reduce: dict[UOp, bool] = {}
   for u in order:
@@ -945,26 +958,28 @@ def rangeify(ast:UOp) -> UOp:
   addr = View.contiguous(shape).index(idxs)[0]
   return UOp(Ops.SINK, None, tuple(st.replace(src=(st.src[0], addr, build(st.src[1], idxs, memo))) for st in ast.src))
 
-def build(u:UOp, idxs:tuple[UOp, ...], memo:dict) -> UOp:
-  """The value of tensor node u at index idxs, as index-level UOps."""
-  if (u, idxs) in memo: return memo[(u, idxs)]
+def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
+  """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
+  outside the mask the address may point outside the buffer, and a gated load never reads it."""
+  if (u, idxs, valid) in memo: return memo[(u, idxs, valid)]
   if u.op is Ops.VIEW:
-    addr, valid = u.arg.index(idxs)
+    addr, inner = u.arg.index(idxs)
+    gate = inner if valid is None else valid if inner is None else valid & inner
     base = u.src[0]
-    if base.op is Ops.PARAM: out = UOp(Ops.LOAD, u.dtype, (base, addr) + ((valid,) if valid is not None else ()))
+    if base.op is Ops.PARAM: out = UOp(Ops.LOAD, u.dtype, (base, addr) + ((gate,) if gate is not None else ()))
     else:
-      out = base if base.op is Ops.CONST else build(base, tuple(unravel(addr, base.shape)), memo)
-      if valid is not None: out = valid.where(out, out.const_like(0))
+      out = base if base.op is Ops.CONST else build(base, tuple(unravel(addr, base.shape)), memo, gate)
+      if inner is not None: out = inner.where(out, out.const_like(0))
   elif u.op is Ops.IOTA: out = idxs[0]
-  elif u.op is Ops.CONTIGUOUS: out = build(u.src[0], idxs, memo)
+  elif u.op is Ops.CONTIGUOUS: out = build(u.src[0], idxs, memo, valid)
   elif u.op is Ops.REDUCE_AXIS:
     op, axes = u.arg
     inner = tuple(new_range(s, "reduce") if i in axes else idx for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs)))
     ranges = tuple(r for r in inner if r.op is Ops.RANGE and r not in idxs)
-    value = build(u.src[0], inner, memo)
+    value = build(u.src[0], inner, memo, valid)
     out = UOp(Ops.REDUCE, u.dtype, (value,) + ranges, op) if ranges else value
-  else: out = u.replace(src=tuple(build(s, idxs, memo) for s in u.src))
-  memo[(u, idxs)] = out
+  else: out = u.replace(src=tuple(build(s, idxs, memo, valid) for s in u.src))
+  memo[(u, idxs, valid)] = out
   return out
 
 def ranges(u:UOp, kind:str|None=None) -> list[UOp]:
@@ -998,15 +1013,16 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   sink = substitute(sink, {opt.axis: expr})
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
-  return simplify(gate(sink, expr < n, expr) if n % opt.amount else sink)
+  return simplify(gate(sink, expr < n, {outer, inner}) if n % opt.amount else sink)
 
-def gate(sink:UOp, valid:UOp, expr:UOp) -> UOp:
-  """Guard every load, store and reduce input that reads index expr with valid."""
+def gate(sink:UOp, valid:UOp, rs:set[UOp]) -> UOp:
+  """Guard every load, store and reduce input that uses the ranges rs with valid."""
+  uses = lambda u: any(r in rs for r in u.toposort)  # noqa: E731
   def add(u:UOp) -> UOp|None:
-    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.PARAM and expr in u.src[1].toposort:
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.PARAM and uses(u.src[1]):
       n = 2 if u.op is Ops.LOAD else 3
       return u.replace(src=u.src[:n] + ((valid if len(u.src) == n else u.src[n] & valid),))
-    if u.op is Ops.REDUCE and expr in u.src[0].toposort and not any(s.op is Ops.WHERE and s.src[0] is valid for s in [u.src[0]]):
+    if u.op is Ops.REDUCE and uses(u.src[0]) and not (u.src[0].op is Ops.WHERE and u.src[0].src[0] is valid):
       return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
     return None
   once: dict[UOp, UOp] = {}
@@ -1029,8 +1045,8 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
   return opts
 
 def _pow2_at_most(n:int) -> int: return 1 << (n.bit_length() - 1)
-def _unit_stride(sink:UOp, r:UOp) -> bool:
-  return all(simplify(substitute(st.src[1], {r: r + 1})) is simplify(st.src[1] + 1) for st in sink.src)
+def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (terms without r)
+  return all([t for t in st.src[1].terms() if r in t.toposort] == [r] for st in sink.src)
 
 def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, within the device's limit."""
@@ -1119,15 +1135,20 @@ def vectorize(sink:UOp) -> UOp:
   return substitute(sink, loads)
 
 def to_accumulators(sink:UOp) -> UOp:
-  """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. The accumulator lives inside
+  """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
+  (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
   every output loop, so it starts again for each output element."""
-  accs, loops = itertools.count(), tuple(ranges(sink, "global"))
-  def acc(u:UOp) -> UOp:
-    a = UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, next(accs))
-    body = UOp(Ops.ASSIGN, u.dtype, (a, a.alu(u.arg, u.src[0])))
-    for r in sorted(u.src[1:], key=lambda r: -r.arg[0]): body = UOp(Ops.END, None, (r, body))
-    return UOp(Ops.LOAD, u.dtype, (a, body))
-  return graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), acc)]))
+  loops, done = tuple(ranges(sink, "global")), {}
+  groups: dict[tuple, list[UOp]] = defaultdict(list)
+  for u in sink.toposort:
+    if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg[0]))].append(u)
+  for rs, us in groups.items():
+    accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
+    # the ranges ride along as sources: the update runs in the loop even when the value doesn't depend on it
+    body = tuple(UOp(Ops.ASSIGN, u.dtype, (a, a.alu(u.arg, substitute(u.src[0], done))) + rs) for a, u in zip(accs, us))
+    for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
+    done.update({u: UOp(Ops.LOAD, u.dtype, (a, body[0])) for a, u in zip(accs, us)})
+  return substitute(sink, done)
 
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them) become loops around the stores."""
@@ -1198,7 +1219,8 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   sink = expand(sink)
   if dev.has_local: sink = to_gpu(sink)
   uops = linearize(add_loops(to_accumulators(vectorize(sink))))
-  sizes = lambda p: tuple(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(p)) or (1,)  # noqa: E731
+  sizes = lambda p: tuple(u.src[0].arg for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(p)),  # noqa: E731
+                                                       key=lambda u: u.arg[0])) or (1,)
   return Program(name, dev.render(name, uops), uops, sizes("gidx"), sizes("lidx"), dev.device, _cost(ast))
 
 def _cost(ast:UOp) -> tuple[int, int]:
@@ -1210,12 +1232,12 @@ def _cost(ast:UOp) -> tuple[int, int]:
 # Renderers: one C-style renderer; a dialect is a table of strings. Each value is rendered by a rule from its UOp;
 # a value used once is inlined into its user, others get a named variable.
 
-def _fmt_const(v, d:DType) -> str:
+def _fmt_const(v, d:DType, types:dict) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if dtypes.is_float(d):
     if math.isnan(v): return "NAN"
     if math.isinf(v): return "INFINITY" if v > 0 else "(-INFINITY)"
-    return f"{float(v)!r}f" if d == dtypes.float else f"(half){float(v)!r}f"
+    return f"{float(v)!r}f" if d == dtypes.float else f"({types[d]}){float(v)!r}f"
   return f"{v}u" if d == dtypes.uint32 else f"{v}ll" if d == dtypes.int64 else str(v)
 
 def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
@@ -1234,7 +1256,7 @@ def _load(ctx:Renderer, u:UOp) -> str:
   buf, addr = ctx[u.src[0]], ctx[u.src[1]]
   ptr = f"*(({ctx.buffer_prefix}{ctx.types[u.dtype]}*)({buf}+{addr}))" if u.dtype.count > 1 else f"*({buf}+{addr})"
   if len(u.src) < 3: return ptr
-  zero = ctx.vector(u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(0, u.dtype)
+  zero = ctx.vector(u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(0, u.dtype, ctx.types)
   return f"({ctx[u.src[2]]}?{ptr}:{zero})"
 
 def _store(ctx:Renderer, u:UOp) -> str:
@@ -1245,7 +1267,7 @@ def _store(ctx:Renderer, u:UOp) -> str:
 
 u_ = UPat.var("u")
 string_rules = PatternMatcher([
-  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(u.arg, u.dtype)),
+  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(u.arg, u.dtype, ctx.types)),
   (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
@@ -1265,6 +1287,8 @@ string_rules = PatternMatcher([
   (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
 ])
 
+def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+
 class Renderer:
   """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
   ext_vector_type) give float4 loads and stores."""
@@ -1282,7 +1306,7 @@ class Renderer:
                                     if any(u.dtype == dtypes.float.vec(4) for u in uops) else [])
   def vector(self, d:DType, xs:list[str]) -> str: return f"({self.types[d]}){{{','.join(xs)}}}"
   def params(self, uops:list[UOp]) -> list[str]:
-    return [f"{self.buffer_prefix}{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in uops if u.op is Ops.PARAM]
+    return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in buffers(uops)]
   def signature(self, name:str, uops:list[UOp]) -> str: return f"{self.kernel_prefix} {name}({', '.join(self.params(uops))})"
 
   def __getitem__(self, u:UOp) -> str: return self.names[u]
@@ -1326,7 +1350,7 @@ class CUDARenderer(Renderer):
     return ["#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"] + \
            (["#include <cuda_fp16.h>"] if any(u.dtype == dtypes.half for u in uops) else [])
   def vector(self, d, xs): return f"make_{self.types[d]}({','.join(xs)})"
-  def params(self, uops): return [f"{self.types[u.dtype]}* data{u.arg[0]}" for u in uops if u.op is Ops.PARAM]
+  def params(self, uops): return [f"{self.types[u.dtype]}* data{u.arg[0]}" for u in buffers(uops)]
   def signature(self, name, uops):
     threads = prod(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"))
     return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(self.params(uops))})"
@@ -1339,7 +1363,7 @@ class MetalRenderer(CUDARenderer):
   code_for_op = code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"}
   def header(self, uops): return ["#include <metal_stdlib>", "using namespace metal;"]
   def vector(self, d, xs): return f"{self.types[d]}({','.join(xs)})"
-  def params(self, uops): return [f"device {self.types[u.dtype]}* data{u.arg[0]}" for u in uops if u.op is Ops.PARAM]
+  def params(self, uops): return [f"device {self.types[u.dtype]}* data{u.arg[0]}" for u in buffers(uops)]
   def signature(self, name, uops):
     ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
     return f"{self.kernel_prefix} {name}({', '.join(self.params(uops) + ids)})"
@@ -1544,23 +1568,39 @@ DEBUG = getenv("DEBUG")
 program_cache: dict[tuple[UOp, str], Program] = {}
 
 def to_program(ast:UOp, device:str) -> Program:
-  if (ast, device) not in program_cache:
+  key = (ast, device, getenv("NOOPT"))
+  if key not in program_cache:
     dev = Device[device].renderer if device in Device.opened else Device.renderers[device]()
-    program_cache[(ast, device)] = lower(ast, dev)
-  return program_cache[(ast, device)]
+    program_cache[key] = lower(ast, dev)
+  return program_cache[key]
 
-def run_schedule(items:list[ScheduleItem]):
+def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
+  """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
+  total = 0.0
   for i, item in enumerate(items):
     device = item.bufs[0].device
     prog = to_program(item.ast, device)
-    fn = Device[device].program(prog)
     if DEBUG >= 4: print(prog.src)
-    tm = fn(*[b.buf for b in item.bufs], global_size=prog.global_size, local_size=prog.local_size, wait=DEBUG >= 2)
+    tm = Device[device].program(prog)(*[b.buf for b in item.bufs], global_size=prog.global_size,
+                                      local_size=prog.local_size, wait=wait or DEBUG >= 2)
     if DEBUG >= 2:
       flops, mem = prog.info
       print(f"*** {device:6s} {i:4d} {prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
             f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
     realized.update(item.outs)
+    total += tm or 0.0
+  return total
+
+class RawKernel:
+  """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
+  The source must define `name` taking one pointer per buffer, in order."""
+  def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
+    self.device = (device or Device.DEFAULT).upper()
+    self.prog = Program(name, src, [], tuple(global_size), tuple(local_size), self.device)
+    if self.device == "PYTHON": raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
+    self.fn = Device[self.device].program(self.prog)
+  def __call__(self, *tensors:Tensor, wait:bool=True) -> float|None:
+    return self.fn(*[t.buffer().buf for t in tensors], global_size=self.prog.global_size, local_size=self.prog.local_size, wait=wait)
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
   """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
