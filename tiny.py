@@ -182,7 +182,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @functools.cached_property
   def key(self) -> tuple:
     """A structural sort key, the same in every process: orders the terms of a sum canonically."""
-    return (self.op is Ops.CONST, self.op.value, repr(self.arg), tuple(s.key for s in self.src))
+    return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
   def const_factor(self) -> int:
     """The largest integer this int expression is provably a multiple of."""
@@ -576,7 +576,8 @@ class Tensor:
     n = prod(shape)
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
     x = Tensor(UOp(Ops.IOTA, dtypes.int, (), n), device=device).cast(dtypes.uint32)
-    x = x + (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32
+    # the counter is data, not a constant in the source, so every rand call runs the same compiled kernel
+    x = x + Tensor([(start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32], dtypes.uint32, device)
     for mul in (0x7FEB352D, 0x846CA68B):  # the lowbias32 integer hash: xor-shift, multiply, twice
       x = (x ^ (x >> 16)) * mul
     return (x ^ (x >> 16)).reshape(shape)
@@ -681,8 +682,17 @@ class Tensor:
     return d % n if n else 0
   def _reduce(self, op:Ops, axis, keepdim:bool) -> Tensor:
     axes = self._axes(axis)
-    out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
-    return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+    size, kept = prod(self.shape[i] for i in axes), tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    if size >= 2**15 and prod(kept) < 256: out = self._split_reduce(op, axes, size, kept)
+    else: out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
+    return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
+  def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
+    """A big reduction to few outputs runs as two kernels: 256 partial results per output, each over a contiguous
+    chunk, then their combine. One kernel would be one block of threads: a sliver of a GPU."""
+    x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
+    x = x.pad(((0, 0),) * len(kept) + ((0, -size % 256),), value=identity(op, self.dtype).arg)
+    partial = x.reshape(kept + (256, x.shape[-1] // 256))._reduce(op, -1, False).contiguous()
+    return partial._reduce(op, -1, False)
   def sum(self, axis=None, keepdim=False) -> Tensor:
     x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
     return x._reduce(Ops.ADD, axis, keepdim)
@@ -1022,7 +1032,7 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp]) -> UOp:
     if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.PARAM and uses(u.src[1]):
       n = 2 if u.op is Ops.LOAD else 3
       return u.replace(src=u.src[:n] + ((valid if len(u.src) == n else u.src[n] & valid),))
-    if u.op is Ops.REDUCE and uses(u.src[0]) and not (u.src[0].op is Ops.WHERE and u.src[0].src[0] is valid):
+    if u.op is Ops.REDUCE and any(r in rs for r in u.src[1:]):
       return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
     return None
   once: dict[UOp, UOp] = {}
@@ -1568,7 +1578,7 @@ DEBUG = getenv("DEBUG")
 program_cache: dict[tuple[UOp, str], Program] = {}
 
 def to_program(ast:UOp, device:str) -> Program:
-  key = (ast, device, getenv("NOOPT"))
+  key = (ast.key, device, getenv("NOOPT"))  # structural: the cache must not keep a graph's nodes (and buffers) alive
   if key not in program_cache:
     dev = Device[device].renderer if device in Device.opened else Device.renderers[device]()
     program_cache[key] = lower(ast, dev)

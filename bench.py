@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""bench.py: how fast is tiny on this device, next to hand-written kernels and the peers that happen to be installed?
+
+  python bench.py                                       # the default device, in about 2 minutes
+  python bench.py --quick                               # a few rows: CI's smoke run
+  python bench.py --device CUDA --sizes 1M,10M --big --json out.json
+
+Every row is measured in this run, on one device: tiny's kernel time (run_schedule with wait), the hand-written
+baseline's kernel time (RawKernel) and each peer's wall time, interleaved call by call after a warm-up so that drift
+(clocks, other load) hits them all alike; the table shows medians. Each result is checked before anything is timed.
+GB/s counts each input read once and each output written once; % is of the device's peak bandwidth, measured here by a
+large copy through a hand-written kernel."""
+from __future__ import annotations
+import os, sys, math, json, time, random, argparse, platform, datetime, functools, contextlib, importlib, subprocess
+from dataclasses import dataclass, field
+from typing import Callable
+from tiny import Tensor, Device, RawKernel, schedule, run_schedule, render, cdiv
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The ops as tiny writes them (torch and tinygrad spell them the same), and pure-Python references: given the inputs'
+# floats and shape, a function from a flat index of the output to the value expected there.
+
+OPS = {"add": lambda a, b: a + b, "vma": lambda a, b, c: a * b + c, "sum": lambda a: a.sum(),
+       "softmax": lambda a: a.softmax(-1), "matmul": lambda a, b: a @ b}
+ARITY = {"copy": 1, "add": 2, "vma": 3, "sum": 1, "softmax": 1, "matmul": 2}
+
+def softmax_ref(x, shape):
+  cols = shape[-1]
+  @functools.cache
+  def stats(r):  # a row's max and sum of exp(x - max), once however many samples fall in the row
+    m = max(x[0][r*cols:(r+1)*cols])
+    return m, math.fsum(math.exp(v - m) for v in x[0][r*cols:(r+1)*cols])
+  return lambda i: math.exp(x[0][i] - stats(i // cols)[0]) / stats(i // cols)[1]
+
+def matmul_ref(x, shape):
+  n = shape[1]
+  return lambda i: math.fsum(x[0][i // n * n + k] * x[1][k * n + i % n] for k in range(n))
+
+REFS = {"copy": lambda x, shape: lambda i: x[0][i], "add": lambda x, shape: lambda i: x[0][i] + x[1][i],
+        "vma": lambda x, shape: lambda i: x[0][i] * x[1][i] + x[2][i],
+        "sum": lambda x, shape: lambda i: math.fsum(x[0]), "softmax": softmax_ref, "matmul": matmul_ref}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hand-written baselines, each kernel its own source with the sizes baked in. CPU: plain C on one thread, as tiny's CPU
+# kernels run (gcc -O2 -march=native vectorizes what it can). GPUs: seed 002's float4 VMA, warp-shuffle tree reduction
+# and 3-pass softmax; CUDA and Metal differ only in a table of strings. The CUDA sources compile with NVRTC; the Metal
+# ones could not be compiled where this was written (no Mac) and follow the CUDA ones line for line.
+
+EW = {"copy": "{a}", "add": "{a} + {b}", "vma": "{a} * {b} + {c}"}  # elementwise ops over lanes a, b, c
+
+C_BODY = {  # op -> (elements, row length) -> C body over `out` and inputs `a`, `b`
+  "sum": lambda n, cols: f"""\
+  float acc[16] = {{0}};  /* 16 partial sums: independent adds for the vector lanes (C won't reorder float adds) */
+  int i = 0;
+  for (; i + 16 <= {n}; i += 16) for (int k = 0; k < 16; k++) acc[k] += a[i + k];
+  for (; i < {n}; i++) acc[0] += a[i];
+  for (int w = 8; w > 0; w /= 2) for (int k = 0; k < w; k++) acc[k] += acc[k + w];  /* the tree a GPU block builds */
+  out[0] = acc[0];""",
+  "softmax": lambda n, cols: f"""\
+  for (int r = 0; r < {n // cols}; r++) {{  /* three passes over each row: max, exp and sum, normalize */
+    float *x = a + r*{cols}, *o = out + r*{cols}, m = x[0];
+    double s = 0.0;  /* a float sum of millions of terms drifts by percents */
+    for (int j = 1; j < {cols}; j++) m = x[j] > m ? x[j] : m;
+    for (int j = 0; j < {cols}; j++) {{ o[j] = expf(x[j] - m); s += o[j]; }}
+    for (int j = 0; j < {cols}; j++) o[j] *= (float)(1.0 / s);
+  }}""",
+  "matmul": lambda n, cols: f"""\
+  for (int i = 0; i < {cols}; i++) {{  /* i-k-j order: the inner loop streams rows of b and out, so it vectorizes */
+    for (int j = 0; j < {cols}; j++) out[i*{cols} + j] = 0.0f;
+    for (int k = 0; k < {cols}; k++)
+      for (int j = 0; j < {cols}; j++) out[i*{cols} + j] += a[i*{cols} + k] * b[k*{cols} + j];
+  }}""",
+}
+
+def cpu_plan(op:str, shape:tuple, ins:list[Tensor], out:Tensor, dev:str) -> list:
+  n, name = math.prod(shape), f"bench_{op}"
+  body = f"  for (int i = 0; i < {n}; i++) out[i] = {EW[op].format(a='a[i]', b='b[i]', c='c[i]')};" if op in EW \
+    else C_BODY[op](n, shape[-1])
+  params = ", ".join(f"float* restrict {p}" for p in ["out", *"abc"[:len(ins)]])
+  return [(RawKernel(name, f"#include <math.h>\nvoid {name}({params}) {{\n{body}\n}}", device=dev), [out, *ins])]
+
+T = 256  # threads per block of every reduction and elementwise kernel: 8 warps
+GPU = {
+  "CUDA": dict(head="", kernel='extern "C" __global__ void', space="", ids="", gid="blockIdx", lid="threadIdx",
+               vec="make_float4", shared="__shared__", sync="__syncthreads();", exp="expf", max="fmaxf",
+               shfl="__shfl_down_sync(0xffffffffu, {}, {})"),
+  "METAL": dict(head="#include <metal_stdlib>\nusing namespace metal;\n", kernel="kernel void", space="device ",
+                ids=", uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]",
+                gid="gid", lid="lid", vec="float4", shared="threadgroup", exp="exp", max="max",
+                sync="threadgroup_barrier(mem_flags::mem_threadgroup);", shfl="simd_shuffle_down({}, {})"),
+}
+
+def gpu_kernel(d:dict, name:str, params:list[str], body:str) -> str:
+  params = ", ".join(f"{d['space']}float* {p}" for p in params)
+  return f"{d['head']}{d['kernel']} {name}({params}{d['ids']}) {{\n{body}\n}}"
+
+def gpu_ew(d:dict, name:str, expr:str, n:int, ins:str, extra:tuple=(), cols:int=1) -> tuple:
+  """One float4 per thread, so each thread issues one 16-byte load per input and one 16-byte store; a scalar tail.
+  `{r}` in expr is the element's row, for ops that read one value per row."""
+  def lane(k, c): return expr.format(**d, **{x: f"{x}4.{c}" for x in ins}, r=f"(i+{k})/{cols}")
+  loads = " ".join(f"float4 {x}4 = *(({d['space']}float4*)({x}+i));" for x in ins)
+  body = f"""\
+  int i = ({d['gid']}.x*{T} + {d['lid']}.x)*4;
+  if (i + 3 < {n}) {{ {loads}
+    *(({d['space']}float4*)(out+i)) = {d['vec']}({', '.join(lane(k, c) for k, c in enumerate('xyzw'))}); }}
+  else for (; i < {n}; i++) out[i] = {expr.format(**d, **{x: f'{x}[i]' for x in ins}, r=f'i/{cols}')};"""
+  return name, gpu_kernel(d, name, ["out", *ins, *extra], body), (cdiv(n, 4*T), 1, 1), (T, 1, 1)
+
+def gpu_reduce(d:dict, name:str, op:str, rows:int, cols:int, blocks:int, pre:str="v", extra:tuple=()) -> tuple:
+  """Block (b, r) reduces its strided share of row r (neighbouring threads read neighbouring floats: coalesced) to
+  out[r*blocks + b]. A warp combines through shuffles (registers, no shared memory), then the warps through shared
+  memory. Run with many blocks and again with one block over the partials: two levels, so any size fits."""
+  f = {"sum": lambda a, b: f"{a} + {b}", "max": lambda a, b: f"{d['max']}({a}, {b})"}[op]
+  ident = {"sum": "0.0f", "max": "-3.402823466e38f"}[op]
+  warp = f"for (int o = 16; o > 0; o >>= 1) acc = {f('acc', d['shfl'].format('acc', 'o'))};"
+  body = f"""\
+  {d['shared']} float part[{T // 32}];
+  int t = {d['lid']}.x, r = {d['gid']}.y;
+  float acc = {ident};
+  for (int j = {d['gid']}.x*{T} + t; j < {cols}; j += {blocks * T}) {{
+    float v = x[r*{cols} + j];
+    acc = {f('acc', pre)};
+  }}
+  {warp}
+  if (t % 32 == 0) part[t / 32] = acc;
+  {d['sync']}
+  if (t < 32) {{
+    acc = t < {T // 32} ? part[t] : {ident};
+    {warp}
+    if (t == 0) out[r*{blocks} + {d['gid']}.x] = acc;
+  }}"""
+  return name, gpu_kernel(d, name, ["out", "x", *extra], body), (blocks, rows, 1), (T, 1, 1)
+
+def gpu_matmul(d:dict, n:int) -> tuple:
+  """16x16 tiles through shared memory: each element of a and b comes from global memory n/16 times, not n times."""
+  body = f"""\
+  {d['shared']} float ta[16][16], tb[16][16];
+  int tx = {d['lid']}.x, ty = {d['lid']}.y, row = {d['gid']}.y*16 + ty, col = {d['gid']}.x*16 + tx;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < {n}; k0 += 16) {{
+    ta[ty][tx] = a[row*{n} + k0 + tx]; tb[ty][tx] = b[(k0 + ty)*{n} + col];
+    {d['sync']}
+    for (int k = 0; k < 16; k++) acc += ta[ty][k] * tb[k][tx];
+    {d['sync']}
+  }}
+  out[row*{n} + col] = acc;"""
+  return "bench_matmul", gpu_kernel(d, "bench_matmul", ["out", "a", "b"], body), (n // 16, n // 16, 1), (16, 16, 1)
+
+def gpu_plan(op:str, shape:tuple, ins:list[Tensor], out:Tensor, dev:str) -> list:
+  d, n, cols = GPU[dev], math.prod(shape), shape[-1]
+  rows = n // cols
+  def step(spec, *ts): return RawKernel(*spec, device=dev), list(ts)
+  if op in EW: return [step(gpu_ew(d, f"bench_{op}", EW[op], n, "abc"[:len(ins)]), out, *ins)]
+  if op == "matmul": return [step(gpu_matmul(d, cols), out, *ins)]
+  blocks = min(cdiv(cols, 16*T), max(1, 1024 // rows))  # enough blocks to fill the GPU, each thread 16 floats or more
+  def reduce(kind:str, x:Tensor, dst:Tensor, pre:str="v", extra:tuple=()) -> list:
+    part = Tensor.empty(rows * blocks, device=dev) if blocks > 1 else dst
+    first = step(gpu_reduce(d, f"bench_{kind}", kind, rows, cols, blocks, pre, tuple(name for name, _ in extra)),
+                 part, x, *[t for _, t in extra])
+    if blocks == 1: return [first]
+    return [first, step(gpu_reduce(d, f"bench_{kind}_final", kind, rows, blocks, 1), dst, part)]
+  if op == "sum": return reduce("sum", ins[0], out)
+  m, s = Tensor.empty(rows, device=dev), Tensor.empty(rows, device=dev)  # softmax: row max, sum of exp, normalize
+  return reduce("max", ins[0], m) + reduce("sum", ins[0], s, f"{d['exp']}(v - m[r])", (("m", m),)) + \
+    [step(gpu_ew(d, "bench_softmax", "{exp}({a} - m[{r}]) / s[{r}]", n, "a", ("m", "s"), cols), out, ins[0], m, s)]
+
+PLANS = {"CPU": cpu_plan, "CUDA": gpu_plan, "METAL": gpu_plan}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Contenders: a maker, called inside measure() so that one that can't start is an error cell, returns a function that
+# runs the op once and returns (seconds, result).
+
+@contextlib.contextmanager
+def noopt(on:bool):
+  """NOOPT=1 lowers without opts: scalar loads, no float4. tiny reads it each time it looks up or lowers a kernel."""
+  if on: os.environ["NOOPT"] = "1"
+  try: yield
+  finally:
+    if on: del os.environ["NOOPT"]
+
+def tiny_kernel(fn, ins, scalar=False):
+  def run():  # the graph is built fresh: while a result of the same graph lives, tiny reuses it and runs nothing
+    with noopt(scalar):
+      out = fn(*ins)
+      secs = run_schedule(schedule([out]), wait=True)
+    assert secs > 0, "tiny ran no kernel: a result of this graph was still alive"
+    return secs, out
+  return run
+
+def tiny_realize(fn, ins, dev):
+  def run():  # one warm realize() as a user sees it: build the graph, schedule, look the kernel up, launch, wait
+    start = time.perf_counter()
+    out = fn(*ins).realize()
+    Device[dev].runtime.synchronize()
+    return time.perf_counter() - start, out
+  return run
+
+def hand(steps, out, wall=False):
+  def run():
+    start = time.perf_counter()
+    secs = sum(kernel(*ts) for kernel, ts in steps)
+    return (time.perf_counter() - start if wall else secs), out
+  return run
+
+@dataclass
+class Peer:
+  name: str
+  version: str
+  put: Callable                              # a numpy array -> the peer's tensor on the device
+  finish: Callable = lambda y: y             # a lazy result made real
+  sync: Callable = lambda: None              # wait for the device
+  ops: dict = field(default_factory=dict)    # where the peer spells an op differently from OPS
+
+def peer(p:Peer, op:str, arrays:list):
+  xs, fn = [p.put(a) for a in arrays], p.ops.get(op, OPS[op])
+  def run():
+    start = time.perf_counter()
+    y = p.finish(fn(*xs))
+    p.sync()
+    return time.perf_counter() - start, y
+  return run
+
+def optional(name:str):
+  try: return importlib.import_module(name)
+  except ImportError: return None
+
+def find_peers(dev:str) -> list[Peer]:
+  """Inputs reach the peers as numpy arrays, so without numpy there are none; numpy itself runs on the CPU only."""
+  if (np := optional("numpy")) is None: return []
+  def softmax(x): e = np.exp(x - x.max(-1, keepdims=True)); return e / e.sum(-1, keepdims=True)
+  peers = [Peer("numpy", np.__version__, lambda x: x, ops={"softmax": softmax})] if dev == "CPU" else []
+  if torch := optional("torch"):
+    where = {"CPU": "cpu", "CUDA": "cuda", "METAL": "mps"}[dev]
+    if dev == "CPU": torch.set_num_threads(1)
+    sync = {"cuda": torch.cuda.synchronize, "mps": lambda: torch.mps.synchronize()}.get(where, lambda: None)
+    peers.append(Peer("torch", torch.__version__, lambda x: torch.from_numpy(x).to(where), sync=sync))
+  if tg := optional("tinygrad"):
+    peers.append(Peer("tinygrad", getattr(tg, "__version__", "?"), lambda x: tg.Tensor(x, device=dev).realize(),
+                      finish=lambda y: y.realize(), sync=lambda: tg.Device[dev].synchronize()))
+  return peers
+
+def flat(y):
+  """A contender's result as flat floats on the host."""
+  if isinstance(y, Tensor): return y.buffer().copyout().cast("f")
+  import numpy as np
+  y = y.cpu() if hasattr(y, "cpu") else y  # torch: off the GPU first
+  return np.asarray(y.numpy() if hasattr(y, "numpy") else y).reshape(-1)
+
+def measure(makers:dict[str, Callable], want:dict[int, float], reps:int, budget:float) -> dict[str, float|str]:
+  """Check each contender's first result (that call compiles too), warm each up once, then time them in rounds of one
+  call each, for `reps` rounds or until `budget` seconds have passed (3 rounds at least)."""
+  out, runs = {}, {}
+  for name, make in makers.items():
+    try:
+      run = make()
+      got = flat(run()[1])
+      if all(abs(got[i] - w) <= 1e-3 * abs(w) for i, w in want.items()): runs[name] = run
+      else: out[name] = "WRONG"
+    except Exception as e:  # a peer without this device, a compiler missing: its cell says so, the others still run
+      out[name] = "error"
+      print(f"\n{name}: {type(e).__name__}: {e}", file=sys.stderr)
+  for run in runs.values(): run()
+  times: dict[str, list[float]] = {name: [] for name in runs}
+  start = time.perf_counter()
+  for i in range(reps):
+    for name, run in runs.items(): times[name].append(run()[0])
+    if i >= 2 and time.perf_counter() - start > budget: break
+  return out | {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}  # medians
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Rows, as the seeds measured them: 000's vector add, scalar vs float4, and its dispatch overhead; 002's VMA, sum and
+# softmax over sizes and its fixed cost per call; then a row softmax and matmuls.
+
+def label(n:int) -> str: return f"{n // 10**6}M" if n % 10**6 == 0 else f"{n // 1000}K" if n % 1000 == 0 else str(n)
+def parse_size(s:str) -> int: return int(float(s[:-1]) * {"K": 1e3, "M": 1e6}[s[-1]]) if s[-1] in "KM" else int(s)
+
+@dataclass
+class Row:
+  op: str
+  shape: tuple
+  name: str
+  scalar: bool = False    # tiny with NOOPT: its scalar kernel
+  realize: bool = False   # a dispatch row: tiny's whole realize(), and Python's share of it
+  @property
+  def size(self) -> str: return "x".join(map(str, self.shape)) if len(self.shape) > 1 else label(self.shape[0])
+  @property
+  def out_shape(self) -> tuple: return () if self.op == "sum" else self.shape
+  @property
+  def bytes(self) -> int: return 4 * (ARITY[self.op] * math.prod(self.shape) + math.prod(self.out_shape))
+  @property
+  def flops(self) -> int: return 2 * self.shape[0] ** 3 if self.op == "matmul" else 0
+
+def make_rows(sizes:list[int], quick:bool) -> list[Row]:
+  rows = [Row("add", (10**6,), "vector add, scalar", scalar=True), Row("add", (10**6,), "vector add, float4")]
+  rows += [Row(op, (n,), name) for op, name in (("vma", "vma d=a*b+c"), ("sum", "sum"), ("softmax", "softmax"))
+           for n in sizes]
+  if not quick: rows.append(Row("softmax", (4096, 1024), "row softmax"))
+  rows += [Row("matmul", (n, n), "matmul") for n in ((256,) if quick else (256, 512, 1024))]
+  return rows + [Row("add", (10**6,), "realize() a+b", realize=True),
+                 Row("vma", (10**5,), "realize() a*b+c", realize=True)]
+
+def bench(row:Row, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
+  ins = [Tensor.rand(*row.shape, device=dev).realize() for _ in range(ARITY[row.op])]
+  n, ref = math.prod(row.out_shape), REFS[row.op]([t.buffer().copyout().cast("f") for t in ins], row.shape)
+  want = {i: ref(i) for i in {0, n // 2, n - 1, *random.Random(0).sample(range(n), min(n, 30))}}
+  fn, out = OPS.get(row.op), Tensor.empty(*row.out_shape, device=dev).realize()
+  arrays = [t.numpy() for t in ins] if peers else []
+  makers = {"tiny": lambda: tiny_kernel(fn, ins, row.scalar)} if fn else {}  # copy, the peak, is the baseline's alone
+  if row.realize: makers["realize"] = lambda: tiny_realize(fn, ins, dev)
+  makers["baseline"] = lambda: hand(PLANS[dev](row.op, row.shape, ins, out, dev), out, wall=row.realize)
+  makers |= {p.name: functools.partial(peer, p, row.op, arrays) for p in peers}
+  result = measure(makers, want, reps, budget)
+  if fn:
+    with noopt(row.scalar): result["kernels"] = [p.name for p in render(fn(*ins))]
+  return result
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The table, and the same numbers as JSON.
+
+def summary(row:Row, r:dict, peak:float) -> dict:
+  """What a row shows: tiny's time (the whole realize() in a dispatch row), its rate, and how it compares."""
+  tiny, base = r["realize" if row.realize else "tiny"], r["baseline"]
+  ok = isinstance(tiny, float)
+  python = tiny - r["tiny"] if row.realize and ok and isinstance(r["tiny"], float) else None
+  return {"name": row.name, "size": row.size, "shape": row.shape, "bytes": row.bytes, "flops": row.flops,
+          "tiny": tiny, "baseline": base, "seconds": {k: v for k, v in r.items() if k != "kernels"},
+          "gb_per_s": row.bytes / tiny * 1e-9 if ok else None,
+          "gflop_per_s": row.flops / tiny * 1e-9 if ok and row.flops else None,
+          "pct_peak": 100 * row.bytes / tiny / peak if ok and not row.flops else None,  # matmul is compute, not memory
+          "vs_baseline": tiny / base if ok and isinstance(base, float) else None,
+          "python_seconds": python, "kernels": r.get("kernels", [])}
+
+def fmt_time(s) -> str:
+  if isinstance(s, str): return s
+  return f"{s*1e6:.1f} µs" if s < 1e-3 else f"{s*1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+def table(rows:list[dict], peers:list[Peer]) -> list[str]:
+  head = ["op", "size", "tiny", "rate", "% peak", "baseline", *[p.name for p in peers], "tiny/base", "kernels, notes"]
+  lines = [head]
+  for s in rows:
+    rate = f"{s['gflop_per_s']:.2f} GFLOP/s" if s["gflop_per_s"] else \
+      f"{s['gb_per_s']:.2f} GB/s" if s["gb_per_s"] else "—"
+    python = s["python_seconds"]
+    note = [f"python {fmt_time(python)} = {100 * python / s['tiny']:.0f}%,"] if python is not None else []
+    lines.append([s["name"], s["size"], fmt_time(s["tiny"]), rate,
+                  f"{s['pct_peak']:.0f}%" if s["pct_peak"] is not None else "—", fmt_time(s["baseline"]),
+                  *[fmt_time(s["seconds"][p.name]) for p in peers],
+                  f"{s['vs_baseline']:.2f}x" if s["vs_baseline"] else "—", " ".join(note + s["kernels"])])
+  widths = [max(len(line[c]) for line in lines) for c in range(len(head))]
+  align = lambda c, cell: cell.ljust(widths[c]) if c < 2 or c == len(head) - 1 else cell.rjust(widths[c])  # noqa: E731
+  return ["  ".join(align(c, cell) for c, cell in enumerate(line)).rstrip() for line in lines]
+
+def describe(dev:str) -> str:
+  if dev != "CPU": return Device[dev].runtime.compiler_id
+  with contextlib.suppress(OSError, StopIteration):
+    return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+  return platform.processor() or platform.machine()
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--device", type=str.upper, choices=sorted(PLANS), help="default: tiny's default device")
+  parser.add_argument("--quick", action="store_true", help="a few rows at 1M elements: CI's smoke run")
+  parser.add_argument("--sizes", default="100K,1M,10M", help="element counts of vma, sum and softmax (%(default)s)")
+  parser.add_argument("--big", action="store_true", help="100M elements too (VMA moves 1.6 GB)")
+  parser.add_argument("--json", metavar="PATH", help="write the results, with device, versions and date, here")
+  args = parser.parse_args()
+  dev = args.device or Device.DEFAULT
+  if dev == "CPU":  # tiny's CPU kernels run on one thread, so every CPU column does: the table compares code, not cores
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM_CPU_THREADS"):
+      os.environ.setdefault(var, "1")
+  sizes = [10**6] if args.quick else [parse_size(s) for s in args.sizes.split(",")] + [10**8] * args.big
+  reps, budget = (5, 0.3) if args.quick else (20, 2.0)
+  peers, rows = find_peers(dev), make_rows(sizes, args.quick)
+  tty = sys.stderr.isatty()
+  def progress(text): print(f"\r{text}\x1b[K" if tty else text, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+  progress("peak bandwidth: a copy through a hand-written kernel")
+  copy = Row("copy", (1 << (24 if args.quick else 25),), "copy")  # 64 or 128 MB: more than any cache
+  peak = copy.bytes / bench(copy, dev, [], reps, budget)["baseline"]
+  results = []
+  for i, row in enumerate(rows):
+    progress(f"[{i+1}/{len(rows)}] {row.name} {row.size}")
+    results.append(summary(row, bench(row, dev, peers, reps, budget), peak))
+  progress("")
+
+  print(f"tiny on {dev} ({describe(dev)}{', 1 thread' * (dev == 'CPU')}): peak {peak * 1e-9:.1f} GB/s, "
+        f"by a {copy.bytes // 2 >> 20} MB copy.")
+  print("tiny and baseline: kernel time; realize() rows and peers: wall time; each a median of interleaved runs.")
+  print("% is of the peak, which is memory's: data that fits in a cache can pass 100%.\n")
+  print("\n".join(table(results, peers)))
+  if args.json:
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    report = {"device": dev, "description": describe(dev), "compiler": Device[dev].runtime.compiler_id,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "versions": {"python": platform.python_version(), "tiny": git or None} | {p.name: p.version for p in peers},
+              "peak_bytes_per_second": peak, "rows": results}
+    with open(args.json, "w") as f: json.dump(report, f, indent=1)
+
+if __name__ == "__main__":
+  main()
