@@ -2,7 +2,7 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, struct, ctypes, hashlib, subprocess, tempfile, time, functools, itertools, weakref, operator
+import os, sys, math, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools, itertools, weakref, operator
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -950,7 +950,7 @@ def to_ast(u:UOp, ctx:KernelContext) -> UOp:
 # Lowering, step 1: rangeify. Each output dim becomes a RANGE, each reduced dim a RANGE of its REDUCE; views turn the
 # ranges into addresses and gates. What comes out is index math that the symbolic rules simplify.
 
-KINDS = ("global", "local", "group", "reduce", "upcast", "unroll")  # the order axes appear in a kernel's name
+KINDS = ("thread", "global", "local", "group", "reduce", "upcast", "unroll")  # the order axes appear in a kernel's name
 
 def new_range(size:int, kind:str, ids=itertools.count()) -> UOp:
   return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(ids), kind)) if size != 1 else UOp.const(dtypes.int, 0)
@@ -1012,14 +1012,15 @@ def merge_ranges(sink:UOp) -> UOp:
 
 @dataclass(frozen=True)
 class Opt:
-  kind: str    # "upcast", "unroll", "local" or "group"
+  kind: str    # "upcast", "unroll", "local", "group" or "thread"
   axis: UOp    # the RANGE to split
   amount: int
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.src[0].arg
   outer, inner = new_range(cdiv(n, opt.amount), opt.axis.arg[1]), new_range(opt.amount, opt.kind)
-  expr = outer * opt.amount + inner
+  # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
+  expr = inner * outer.src[0].arg + outer if opt.kind == "thread" else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
@@ -1051,9 +1052,13 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
   if dev.has_local and red and out_size <= 2048:
     return [Opt("group", red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].src[0].arg)))]
   if glob and glob[-1].src[0].arg % 4 == 0 and _unit_stride(sink, glob[-1]): opts.append(Opt("upcast", glob[-1], 4))
+  for r in reversed(glob[:-1] if opts else glob):  # the register tile of a matmul: each load feeds 4 outputs
+    if red and len(opts) < 2 and r.src[0].arg % 4 == 0 and _reused(sink, r): opts.append(Opt("upcast", r, 4))
   if red and red[-1].src[0].arg % 4 == 0: opts.append(Opt("unroll", red[-1], 4))
   return opts
 
+def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
+  return any(u.op is Ops.LOAD and u.src[0].op is Ops.PARAM and r not in u.src[1].toposort for u in sink.toposort)
 def _pow2_at_most(n:int) -> int: return 1 << (n.bit_length() - 1)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (terms without r)
   return all([t for t in st.src[1].terms() if r in t.toposort] == [r] for st in sink.src)
@@ -1064,11 +1069,17 @@ def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   if not glob or ranges(sink, "local") or ranges(sink, "group"): return []  # a group's block is its reduction
   return [Opt("local", glob[-1], min(dev.local_max, 128, glob[-1].src[0].arg))]
 
+def thread_opts(sink:UOp, dev:Renderer) -> list[Opt]:
+  """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them."""
+  glob = ranges(sink, "global")
+  work = prod(r.src[0].arg for r in ranges(sink) if r.arg[1] in ("global", "reduce"))
+  return [Opt("thread", glob[0], dev.cores)] if glob and dev.cores > 1 and work >= 2**17 * dev.cores else []
+
 def optimize(sink:UOp, dev:Renderer) -> UOp:
   sink = merge_ranges(simplify(sink))
-  for opt in ([] if getenv("NOOPT") else heuristic(sink, dev)): sink = apply_opt(sink, opt)
-  if dev.has_local and not getenv("NOOPT"):
-    for opt in local_opts(sink, dev): sink = apply_opt(sink, opt)
+  if getenv("NOOPT"): return sink
+  for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
+  for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
   return sink
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1227,11 +1238,12 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   sink = optimize(rangeify(ast), dev)
   name = kernel_name(sink)
   sink = expand(sink)
-  if dev.has_local: sink = to_gpu(sink)
+  sink = to_gpu(sink) if dev.has_local else substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",))
+                                                              for r in ranges(sink, "thread")})
   uops = linearize(add_loops(to_accumulators(vectorize(sink))))
   sizes = lambda p: tuple(u.src[0].arg for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(p)),  # noqa: E731
                                                        key=lambda u: u.arg[0])) or (1,)
-  return Program(name, dev.render(name, uops), uops, sizes("gidx"), sizes("lidx"), dev.device, _cost(ast))
+  return Program(name, dev.render(name, uops), uops, sizes(("gidx", "core")), sizes("lidx"), dev.device, _cost(ast))
 
 def _cost(ast:UOp) -> tuple[int, int]:
   nodes = ast.toposort
@@ -1302,7 +1314,7 @@ def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op
 class Renderer:
   """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
   ext_vector_type) give float4 loads and stores."""
-  device, has_local, local_max = "CPU", False, 1
+  device, has_local, local_max, cores = "CPU", False, 1, os.cpu_count() or 1
   kernel_prefix, buffer_prefix, local_prefix, barrier = "void", "", "", ""
   ids: dict[str, str] = {}
   lanes = ("[0]", "[1]", "[2]", "[3]")
@@ -1316,7 +1328,8 @@ class Renderer:
                                     if any(u.dtype == dtypes.float.vec(4) for u in uops) else [])
   def vector(self, d:DType, xs:list[str]) -> str: return f"({self.types[d]}){{{','.join(xs)}}}"
   def params(self, uops:list[UOp]) -> list[str]:
-    return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in buffers(uops)]
+    return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in buffers(uops)] + \
+           [f"const int {u.arg[0]}" for u in uops if u.op is Ops.SPECIAL]  # the thread's index: an argument
   def signature(self, name:str, uops:list[UOp]) -> str: return f"{self.kernel_prefix} {name}({', '.join(self.params(uops))})"
 
   def __getitem__(self, u:UOp) -> str: return self.names[u]
@@ -1334,12 +1347,14 @@ class Renderer:
       if u.op is Ops.BARRIER: self.names[u] = self.names[u.src[0]]
       if u.op in (Ops.RANGE, Ops.DEFINE_ACC):
         self.names[u] = f"{prefixes[u.op]}{counts[prefixes[u.op]]}"; counts[prefixes[u.op]] += 1
-      if u.op is Ops.SPECIAL: self.names[u] = u.arg[0]
+      if u.op is Ops.SPECIAL:
+        self.names[u] = u.arg[0]
+        if u.arg[0][0] in self.ids: lines.append("  " * depth + f"int {u.arg[0]} = {string_rules.rewrite(u, self)}")
+        continue
       text = string_rules.rewrite(u, self)
       if u.op is Ops.END: depth -= 1
       if u.op in (Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER):
         lines.append("  " * depth + text)
-      elif u.op is Ops.SPECIAL: lines.append("  " * depth + f"int {u.arg[0]} = {text}")
       elif u.op is Ops.CONST or (uses[u] == 1 and u.op is not Ops.LOAD) or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC):
         self.names[u] = text
       else:
@@ -1405,6 +1420,7 @@ class CPURuntime:
     native = subprocess.run([self.cc, "-march=native", "-E", "-x", "c", "-"], input="", capture_output=True).returncode == 0
     self.flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno"] + (["-march=native"] if native else [])
     self.compiler_id = f"{version} {' '.join(self.flags)}"
+    self.pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1)
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
@@ -1419,7 +1435,8 @@ class CPURuntime:
     finally: os.unlink(path)  # the loaded library stays mapped
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
-      fn(*bufs)
+      if global_size[0] == 1: fn(*bufs)
+      else: list(self.pool.map(lambda core: fn(*bufs, core), range(global_size[0])))  # ctypes lets go of the GIL
       return time.perf_counter() - start
     return run
   def alloc(self, nbytes:int): return (ctypes.c_uint8 * max(nbytes, 1))()
