@@ -10,7 +10,6 @@ from typing import Any, Callable, Sequence
 
 def getenv(key:str, default=0): return type(default)(os.getenv(key, default))
 def prod(xs) -> int: return functools.reduce(operator.mul, xs, 1)
-def argsort(xs) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 def cdiv(a:int, b:int) -> int: return -(-a // b)
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -76,7 +75,7 @@ class Ops(Enum):
   # kernel level
   PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
   DEFINE_LOCAL = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); END = auto(); BARRIER = auto()
-  VECTORIZE = auto(); GEP = auto(); CAST = auto(); BITCAST = auto()
+  VECTORIZE = auto(); GEP = auto(); CAST = auto()
   # ALU
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto()
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
@@ -89,7 +88,6 @@ class GroupOp:
   ALU = Unary | Binary | {Ops.WHERE}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
-  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
 
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
 def _safe(f):
@@ -123,8 +121,6 @@ class MathMixin:
   def __mod__(self, x): return self._binop(Ops.MOD, x, False)
   def __lt__(self, x): return self._binop(Ops.CMPLT, x, False)
   def __and__(self, x): return self._binop(Ops.AND, x, False)
-  def ne(self, x): return self._binop(Ops.CMPNE, x, False)
-  def maximum(self, x): return self._binop(Ops.MAX, x, False)
 
 def _key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # keeps -0.0, 0.0 and nan apart
 
@@ -514,7 +510,9 @@ class Tensor:
       try: mv = memoryview(data)
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
       fmt = mv.format.lstrip("@=<")
-      if fmt not in dtypes.by_fmt: raise TypeError(f"buffer format {mv.format!r} has no tiny dtype")
+      if fmt not in dtypes.by_fmt:
+        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype (tiny has {', '.join(d.name for d in dtypes.all)}); "
+                        "convert it first, e.g. numpy's .astype('float32')")
       shape, fmt = mv.shape or (), dtypes.by_fmt[fmt]
       if fmt.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
       raw = mv.tobytes()
@@ -1294,7 +1292,6 @@ def _store(ctx:Renderer, u:UOp) -> str:
     else f"*({ctx[u.src[0]]}+{ctx[u.src[1]]})"
   return f"{ptr} = {ctx[value]};" if len(u.src) < 4 else f"if ({ctx[u.src[3]]}) {{ {ptr} = {ctx[value]}; }}"
 
-u_ = UPat.var("u")
 string_rules = PatternMatcher([
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(u.arg, u.dtype, ctx.types)),
   (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
