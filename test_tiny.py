@@ -4,10 +4,12 @@ Every expected value is computed here from nested Python lists (never by tiny, n
 odd, non-square shapes, so that tails, masks, strides and broadcasts all get exercised. Inputs are rounded to float32
 first, so a reference sees exactly the numbers the kernel sees.
 """
-import array, gc, itertools, math, operator, os, random, re, struct, subprocess, sys, textwrap
+import array, concurrent.futures, ctypes, dataclasses, gc, itertools, math, operator, os, random, re, struct, subprocess
+import sys, textwrap
+from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
 import pytest
-import tiny
+import cuda_rt, metal_rt, tiny
 from tiny import Tensor, dtypes
 
 HERE = Path(__file__).resolve().parent
@@ -130,6 +132,18 @@ def assert_close(got, want, rtol=1e-5, atol=1e-6):
     assert math.isclose(g, w, rel_tol=rtol, abs_tol=atol), f"element {i} (flat): got {g}, want {w}"
 
 def realized(*shapes, seed=0): return [Tensor(rand_list(s, seed + i)).realize() for i, s in enumerate(shapes)]
+
+LOWERED: dict = {}  # (kernel AST, NOOPT) -> None: every kernel the session lowers, for the dialect checks at the end
+
+@pytest.fixture(scope="session", autouse=True)
+def record_lowered_kernels():
+  lower = tiny.to_program
+  def recording(ast, device):
+    LOWERED[(ast, tiny.getenv("NOOPT"))] = None  # ASTs hold PARAMs, not buffers: keeping them keeps no memory alive
+    return lower(ast, device)
+  tiny.to_program = recording
+  yield
+  tiny.to_program = lower
 
 def run_python(code: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
   """Runs `code` in a fresh interpreter with its own kernel cache; stdout and stderr come back interleaved."""
@@ -798,8 +812,170 @@ def test_second_process_reuses_compiled_kernels(tmp_path):
   assert snapshot() == files
 
 # ------------------------------------------------------------------------------------------------------------------
-# GPU lowering (blocks, threads, float4 lanes, shared-memory reductions, gated tails), checked with no GPU: rendered for
-# every dialect, and run by the PYTHON emulator, whose loads and stores are bounds-checked
+# GPU lowering (blocks, threads, float4 lanes, shared-memory reductions, gated tails), checked with no GPU: run by the
+# PYTHON emulator on the very UOps the CUDA and Metal renderers receive, with bounds-checked loads and stores. Each test
+# runs twice: with tiny's GPU optimizations and with NOOPT=1 (one thread per output, no float4, no shared memory).
+# Sizes stay small: the emulator runs every thread in Python.
+
+@pytest.fixture(params=["0", "1"], ids=["opt", "NOOPT"])
+def gpu_lowering(request, monkeypatch):
+  monkeypatch.setenv("NOOPT", request.param)  # read at lowering time, and part of the program cache's key
+
+def emulated(*xs) -> list[Tensor]: return [Tensor(x, device="PYTHON") for x in xs]
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("n", [1, 3, 1000, 1003])  # one thread; less than a float4; float4 with a tail; no float4
+def test_elementwise_on_the_emulator(n):
+  a, b = rand_list((n,), 80), rand_list((n,), 81, 0.5, 2.0)
+  got = (lambda x, y: x * y - x / y)(*emulated(a, b))
+  assert_close(got.tolist(), ref_ew(lambda x, y: x * y - x / y, a, b), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_op_on_the_emulator(name):
+  op, ref, (lo, hi) = UNARY[name]
+  x = rand_list((3, 7), 82, lo, hi)
+  assert_close(op(*emulated(x)).tolist(), ref_ew(ref, x), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("sa, sb", [((5, 1, 3), (7, 1)), ((), (3, 7)), ((1,), (33,)), ((7, 33), (33,))])
+def test_broadcasting_on_the_emulator(sa, sb):
+  a, b = rand_list(sa, 83), rand_list(sb, 84)
+  got = (lambda x, y: x * y + y)(*emulated(a, b))
+  assert got.shape == broadcast_shape(sa, sb)
+  assert_close(got.tolist(), ref_ew(lambda x, y: x * y + y, a, b))
+
+@pytest.mark.usefixtures("gpu_lowering")
+def test_where_on_the_emulator():
+  c, a, b = rand_list((3, 7), 85), rand_list((3, 1), 86), rand_list((7,), 87)
+  tc, ta, tb = emulated(c, a, b)
+  assert (tc > 0).where(ta, tb).tolist() == ref_ew(lambda k, x, y: x if k > 0 else y, c, a, b)
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("name", REDUCTIONS)
+@pytest.mark.parametrize("shape, axis, keepdim", [((3, 7), None, False), ((3, 7), 0, False), ((3, 7), 1, True),
+                                                  ((5, 1, 3), (0, 2), False), ((7, 33), (0, 1), True)])
+def test_reduction_on_the_emulator(name, shape, axis, keepdim):
+  op, ref = REDUCTIONS[name]
+  x = rand_list(shape, 88)
+  want = ref_reduce(ref, x, axis, keepdim)
+  got = op(*emulated(x), axis=axis, keepdim=keepdim)
+  assert got.shape == shape_of(want)
+  assert_close(got.tolist(), want, atol=1e-5)
+
+@pytest.mark.usefixtures("gpu_lowering")
+def test_sum_with_a_gated_tail_on_the_emulator():
+  x = rand_list((4099,), 89, 0.0, 1.0)  # 16 rounds of 256 threads and 3 left over; positive, so nothing cancels
+  assert_close(emulated(x)[0].sum().item(), math.fsum(x), rtol=1e-5)
+
+def test_big_sum_runs_as_two_kernels_on_the_emulator(monkeypatch):
+  """A sum over 2**15 or more elements into few outputs is two kernels: 256 partial sums per output, then their
+  combine. Nine rows, so that the partials (9*256) are too many for a shared-memory reduction: for one row each of
+  the 256 blocks would combine its partials in every thread, which takes the emulator minutes."""
+  monkeypatch.delenv("NOOPT", raising=False)
+  x = rand_list((9, 33000), 90, 0.0, 1.0)  # 33000 is no multiple of 256: the partials' input is padded with zeros
+  t = emulated(x)[0].sum(axis=1)
+  assert len(tiny.render(t)) == 2
+  assert_close(t.tolist(), ref_reduce(math.fsum, x, 1), rtol=1e-5)
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, axis", [((3, 7), -1), ((7, 33), -1), ((5, 1, 3), 0)])
+def test_softmax_on_the_emulator(log, shape, axis):
+  x = rand_list(shape, 91, -5, 5)
+  t = emulated(x)[0]
+  got = t.log_softmax(axis) if log else t.softmax(axis)
+  assert_close(got.tolist(), ref_softmax(x, axis, log), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("sa, sb", [((3, 7), (7, 5)), ((1, 33), (33, 1)), ((33, 1), (1, 33)), ((7,), (7, 5)),
+                                    ((2, 3, 7), (2, 7, 5)), ((1, 3, 7), (4, 7, 5))])
+def test_matmul_on_the_emulator(sa, sb):
+  a, b = rand_list(sa, 92), rand_list(sb, 93)
+  ta, tb = emulated(a, b)
+  assert_close((ta @ tb).tolist(), ref_matmul(a, b), atol=1e-5)
+
+MOVEMENT_CHAINS = {  # name: (input shape, tiny views, reference)
+  "pad then shrink": ((3, 7), lambda t: t.pad(((1, 2), (0, 3))).shrink(((1, 5), (2, 10))),
+                      lambda x: ref_getitem(ref_pad(x, ((1, 2), (0, 3))), (slice(1, 5), slice(2, 10)))),
+  "flip then pad with a value": ((3, 7), lambda t: t.flip(1).pad(((0, 1), (2, 0)), value=-1.5),
+                                 lambda x: ref_pad([r[::-1] for r in x], ((0, 1), (2, 0)), -1.5)),
+  "permute then steps": ((3, 7, 5), lambda t: t.permute(2, 0, 1)[::2, 1:, ::-3],
+                         lambda x: ref_getitem(ref_permute(x, (2, 0, 1)), (slice(None, None, 2), slice(1, None),
+                                                                          slice(None, None, -3)))),
+  "index, None and ellipsis": ((5, 1, 3), lambda t: t[None, ..., -2], lambda x: ref_getitem(x, (None, Ellipsis, -2))),
+  "reshape of a flipped view": ((3, 7), lambda t: t.flip(0).reshape(7, 3), lambda x: ref_reshape(x[::-1], (7, 3))),
+  "expand then reshape": ((3, 1), lambda t: t.expand(3, 5).reshape(15), lambda x: [r[0] for r in x for _ in range(5)]),
+  "views of a computed value": ((7, 3), lambda t: (t * 2).permute(1, 0)[1:, ::-2].pad(((0, 0), (3, 4))),
+                                lambda x: ref_pad(ref_getitem(ref_permute(ref_ew(lambda v: v * 2, x), (1, 0)),
+                                                              (slice(1, None), slice(None, None, -2))),
+                                                  ((0, 0), (3, 4)))),
+}
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("name", MOVEMENT_CHAINS)
+def test_movement_chain_on_the_emulator(name):
+  shape, views, ref = MOVEMENT_CHAINS[name]
+  x = rand_list(shape, 94)
+  assert views(*emulated(x)).tolist() == ref(x)
+
+@pytest.mark.usefixtures("gpu_lowering")
+def test_cat_and_stack_on_the_emulator():
+  a, b, c = rand_list((3, 7), 95), rand_list((2, 7), 96), rand_list((3, 2), 97)
+  ta, tb, tc = emulated(a, b, c)
+  assert Tensor.cat(ta, tb, dim=0).tolist() == ref_cat([a, b], 0)
+  assert ta.cat(tc, ta, dim=1).tolist() == ref_cat([a, c, a], 1)
+  doubled = ref_ew(lambda v: 2 * v, a)
+  assert Tensor.stack(ta, ta * 2, dim=1).tolist() == ref_cat([ref_unsqueeze(a, 1), ref_unsqueeze(doubled, 1)], 1)
+  want = ref_reduce(math.fsum, ref_cat([doubled, ref_ew(math.exp, b)], 0), 1)
+  assert_close(Tensor.cat(ta * 2, tb.exp()).sum(axis=1).tolist(), want, rtol=1e-5)  # computed parts, then reduced
+
+INTS_AND_BOOLS = {  # name: (inputs, tiny graph, reference, dtype); int lists become int32 tensors, bool lists bool
+  "int arithmetic": ([rand_ints((3, 7), 98), rand_ints((7,), 99)], lambda a, b: a * b - a + 3,
+                     lambda a, b: ref_ew(lambda x, y: x * y - x + 3, a, b), dtypes.int32),
+  "int sum over an axis": ([rand_ints((7, 33), 100)], lambda a: a.sum(axis=0), lambda a: ref_reduce(sum, a, 0),
+                           dtypes.int32),
+  "int max over an axis": ([rand_ints((7, 33), 101)], lambda a: a.max(axis=1), lambda a: ref_reduce(max, a, 1),
+                           dtypes.int32),
+  "comparison selects ints": ([rand_ints((3, 7), 102), rand_ints((3, 7), 103)], lambda a, b: (a < b).where(a, b),
+                              lambda a, b: ref_ew(min, a, b), dtypes.int32),
+  "bool logic": ([ref_ew(lambda v: v > 0, rand_ints((3, 7), 104)), ref_ew(lambda v: v > 0, rand_ints((7,), 105))],
+                 lambda p, q: (p & q) ^ (p | q.logical_not()),
+                 lambda p, q: ref_ew(lambda x, y: (x and y) != (x or not y), p, q), dtypes.bool),
+  "count of true values": ([rand_list((7, 33), 106)], lambda x: (x > 0).sum(axis=1),
+                           lambda x: ref_reduce(lambda v: sum(e > 0 for e in v), x, 1), dtypes.int32),
+  "float to int truncates": ([rand_list((3, 7), 107, -9, 9)], lambda x: x.int(), lambda x: ref_ew(int, x),
+                             dtypes.int32),
+}
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("name", INTS_AND_BOOLS)
+def test_ints_and_bools_on_the_emulator(name):
+  inputs, graph, ref, dtype = INTS_AND_BOOLS[name]
+  got = graph(*emulated(*inputs))
+  assert got.dtype == dtype and got.tolist() == ref(*inputs)
+
+@pytest.mark.usefixtures("gpu_lowering")
+def test_float16_on_the_emulator():
+  x = [f16(v) for v in rand_list((33,), 108)]
+  t = Tensor(x, dtype=dtypes.float16, device="PYTHON").realize()  # a buffer of halves: 2-byte loads and stores
+  assert (t * 2).dtype == dtypes.float16 and (t * 2).tolist() == [2 * v for v in x]  # doubling is exact
+  assert_close(t.sum().item(), math.fsum(x), rtol=1e-3, atol=1e-2)  # accumulated in half
+
+def test_group_reduce_is_wrong_without_its_barrier(monkeypatch):
+  """The emulator fills shared memory with NaN and runs each thread of a block up to its next barrier in turn, so a
+  missing barrier shows: thread 0 combines the partials before the other threads have written theirs."""
+  monkeypatch.delenv("NOOPT", raising=False)
+  x = rand_list((3, 100), 109, 0.0, 1.0)
+  item, = tiny.schedule([emulated(x)[0].realize().sum(axis=1)])
+  prog = tiny.to_program(item.ast, "PYTHON")
+  assert tiny.Ops.BARRIER in [u.op for u in prog.uops]
+  def run(p: tiny.Program) -> list[float]:
+    tiny.Device["PYTHON"].program(p)(*[b.buf for b in item.bufs], global_size=p.global_size, local_size=p.local_size)
+    return item.bufs[0].copyout().cast("f").tolist()
+  assert_close(run(prog), ref_reduce(math.fsum, x, 1), rtol=1e-5)
+  unsafe = run(dataclasses.replace(prog, uops=[u for u in prog.uops if u.op is not tiny.Ops.BARRIER]))
+  assert not any(math.isclose(g, w, rel_tol=1e-3) for g, w in zip(unsafe, ref_reduce(math.fsum, x, 1))), unsafe
 
 @pytest.mark.parametrize("device", ["CPU", "CUDA", "METAL", "PYTHON"])
 def test_render_needs_no_device(device):
@@ -807,23 +983,230 @@ def test_render_needs_no_device(device):
   kernels = tiny.render(a * b + 1, (a * b).sum(axis=1), device=device)
   assert [k.name[:2] for k in kernels] in (["E_", "r_"], ["r_", "E_"]) and all(k.name in k.src for k in kernels)
 
-EMULATED = {  # name: (shapes of the inputs, tiny graph, reference)
-  "elementwise tail": ([(1003,)], lambda x: x * 2 + 1, lambda x: ref_ew(lambda v: v * 2 + 1, x)),
-  "row sum": ([(7, 1003)], lambda x: x.sum(axis=1), lambda x: ref_reduce(math.fsum, x, 1)),
-  "column max": ([(1003, 3)], lambda x: x.max(axis=0), lambda x: ref_reduce(max, x, 0)),
-  "matmul": ([(3, 7), (7, 5)], lambda a, b: a @ b, ref_matmul),
-  "softmax": ([(7, 33)], lambda x: x.softmax(), lambda x: ref_softmax(x, -1)),
-  "sum of broadcast": ([(3, 1)], lambda x: x.expand(3, 7).sum(axis=1), lambda x: [7 * r[0] for r in x]),
-  "pad of computed": ([(3, 7)], lambda x: (x * 2).pad(((1, 0), (2, 1))),
-                      lambda x: ref_pad(ref_ew(lambda v: v * 2, x), ((1, 0), (2, 1)))),
-  "cat of computed": ([(3, 7), (2, 7)], lambda a, b: Tensor.cat(a * 2, b.exp()).sum(axis=1),
-                      lambda a, b: ref_reduce(math.fsum, ref_cat([ref_ew(lambda v: 2 * v, a), ref_ew(math.exp, b)], 0),
-                                              1)),
+# ------------------------------------------------------------------------------------------------------------------
+# GPU dialects: the text of seed 004's kernel, a 4x4 add
+
+SEED_004 = [  # (device, NOOPT, kernel name, what its source holds)
+  ("CUDA", "0", "E_4_4", ["float4 ", "make_float4(", "__launch_bounds__(4)", "threadIdx.x"]),  # one block, float4 lanes
+  ("CUDA", "1", "E_16", ["__launch_bounds__(1)", "blockIdx.x"]),                               # a block per element
+  ("METAL", "0", "E_4_4", ["float4 ", "float4(", "lid.x"]),
+  ("METAL", "1", "E_16", ["gid.x"]),
+]
+
+@pytest.mark.parametrize("device, noopt, name, parts", SEED_004, ids=[f"{d}-NOOPT={n}" for d, n, _, _ in SEED_004])
+def test_4x4_add_kernel_text(monkeypatch, device, noopt, name, parts):
+  monkeypatch.setenv("NOOPT", noopt)
+  kernel, = tiny.render(Tensor.empty(4, 4) + Tensor.empty(4, 4), device=device)
+  assert kernel.name == name and all(p in kernel.src for p in parts), kernel.src
+  assert ("float4" in kernel.src) == (noopt == "0"), kernel.src
+
+def test_cuda_kernels_define_infinity_and_nan():
+  """NVRTC has no math.h; a max starts from -INFINITY."""
+  kernel, = tiny.render(Tensor.empty(3, 7).max(axis=1), device="CUDA")
+  header = "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
+  assert kernel.src.startswith(header) and "-INFINITY" in kernel.src, kernel.src
+
+# ------------------------------------------------------------------------------------------------------------------
+# raw kernels: hand-written source through tiny's runtime
+
+def test_raw_kernel_runs_c_on_the_cpu():
+  src = ("void axpy(float* restrict out, const float* restrict x, const float* restrict y) {\n"
+         "  for (int i = 0; i < 1003; i++) out[i] = 2.0f * x[i] + y[i];\n}")
+  x, y = rand_list((1003,), 110), rand_list((1003,), 111)
+  out = Tensor.empty(1003, device="CPU")
+  tiny.RawKernel("axpy", src, device="CPU")(out, Tensor(x, device="CPU"), Tensor(y, device="CPU"))
+  assert out.tolist() == ref_ew(lambda a, b: f32(2 * a + b), x, y)
+
+def test_emulator_refuses_raw_kernels():
+  with pytest.raises(ValueError, match="PYTHON"): tiny.RawKernel("k", "void k(float* a) {}", device="PYTHON")
+
+def test_cpu_compile_error_shows_compiler_log_and_source():
+  with pytest.raises(tiny.CompileError) as e: tiny.RawKernel("bad", "void bad(float* a {", device="CPU")
+  assert "error" in str(e.value) and "void bad(float* a {" in str(e.value)
+
+# ------------------------------------------------------------------------------------------------------------------
+# runtimes off their hardware: every error a user without a GPU (or without a Mac) can meet says what to do
+
+def have_nvrtc() -> bool:
+  try: return bool(cuda_rt.nvrtc_version())
+  except RuntimeError: return False
+
+needs_nvrtc = pytest.mark.skipif(not have_nvrtc(), reason="no libnvrtc (pip install nvidia-cuda-nvrtc)")
+NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
+
+@pytest.fixture
+def fresh(monkeypatch):
+  """cuda_rt forgets the libraries it loaded, so the next call looks them up again under the test's environment."""
+  monkeypatch.setattr(cuda_rt, "_loaded", {})
+  return monkeypatch
+
+def test_nvrtc_at_a_bogus_path_is_named(fresh):
+  fresh.setenv("TINY_LIBNVRTC", "/nonexistent/libnvrtc.so.13")
+  with pytest.raises(RuntimeError, match=r"needs NVRTC .*: no loadable libnvrtc was found "
+                                         r"\(tried /nonexistent/libnvrtc.so.13\); set TINY_LIBNVRTC"):
+    cuda_rt.nvrtc_version()
+
+def test_missing_nvrtc_lists_the_names_and_folders_tried(fresh):
+  fresh.setenv("CUDA_PATH", "/nonexistent/cuda")
+  fresh.setitem(cuda_rt.LIBS, "libnvrtc", ("TINY_LIBNVRTC", ("libnvrtc_missing.so",), "need", ""))
+  with pytest.raises(RuntimeError) as e: cuda_rt.nvrtc_version()
+  for part in ("libnvrtc_missing.so in", "/nonexistent/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+               "nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "system library path", "TINY_LIBNVRTC"):
+    assert part in str(e.value)
+
+def test_unloadable_library_gives_the_loaders_reason(fresh, tmp_path):
+  (tmp_path / "libnvrtc.so").write_text("not a library" * 100)
+  fresh.setenv("TINY_LIBNVRTC", str(tmp_path / "libnvrtc.so"))
+  with pytest.raises(RuntimeError, match="invalid ELF header"): cuda_rt.nvrtc_version()
+
+@needs_nvrtc
+def test_nvrtc_compile_error_shows_log_and_numbered_source():
+  src = 'extern "C" __global__ void k(float* a) {\n  a[0] = undefined_b;\n}'
+  with pytest.raises(cuda_rt.CompileError) as e: cuda_rt.nvrtc_compile(src, "sm_90")
+  assert "nvrtcCompileProgram failed with NVRTC_ERROR_COMPILATION" in str(e.value)
+  assert 'kernel.cu(2): error: identifier "undefined_b" is undefined' in str(e.value)
+  assert "   2   a[0] = undefined_b;" in str(e.value)
+
+HALF_KERNEL = '#include <cuda_fp16.h>\nextern "C" __global__ void twice(half* a) { a[threadIdx.x] *= __float2half(2); }'
+
+@needs_nvrtc
+def test_half_kernel_compiles_with_cuda_fp16_h():  # the header comes with nvidia-cuda-runtime, or a CUDA toolkit
+  assert cuda_rt.nvrtc_compile(HALF_KERNEL, "sm_90")[:4] == b"\x7fELF"
+
+@needs_nvrtc
+def test_half_kernel_without_cuda_fp16_h_says_where_it_looked(monkeypatch, tmp_path):
+  monkeypatch.setattr(cuda_rt, "_toolkits", lambda: [])
+  monkeypatch.setattr(cuda_rt, "_wheels", lambda sub: [str(tmp_path / sub)])
+  with pytest.raises(RuntimeError, match=f"float16 CUDA kernels need cuda_fp16.h, which is in none of {tmp_path}"):
+    cuda_rt.nvrtc_compile(HALF_KERNEL, "sm_90")
+
+def test_missing_driver_is_one_plain_sentence(fresh):
+  fresh.setenv("TINY_LIBCUDA", "/nonexistent/libcuda.so.1")
+  with pytest.raises(RuntimeError) as e: cuda_rt.CUDADevice()
+  assert str(e.value) == f"{NEED_GPU}: no loadable libcuda was found (tried /nonexistent/libcuda.so.1); " \
+                         "set TINY_LIBCUDA to the library's path"
+
+def test_driver_without_a_gpu_is_one_plain_sentence(fresh, tmp_path):
+  """A driver on a machine with no GPU answers cuInit with CUDA_ERROR_NO_DEVICE (100). The stand-in libcuda has every
+  function cuda_rt looks up, from cuda_rt's own table."""
+  answers = {"cuInit": "return 100;", "cuGetErrorName": '*(const char **)p = "CUDA_ERROR_NO_DEVICE"; return 0;',
+             "cuGetErrorString": '*(const char **)p = "no CUDA-capable device is detected"; return 0;'}
+  c = "\n".join(f"int {f}(int s, void *p) {{ {answers.get(f, 'return 0;')} }}" for f in cuda_rt.API["libcuda"])
+  (tmp_path / "libcuda.c").write_text(c)
+  subprocess.run([os.getenv("CC", "cc"), "-shared", "-fPIC", "-o", tmp_path / "libcuda.so", tmp_path / "libcuda.c"],
+                 check=True)
+  fresh.setenv("TINY_LIBCUDA", str(tmp_path / "libcuda.so"))
+  with pytest.raises(RuntimeError) as e: cuda_rt.CUDADevice()
+  assert str(e.value) == f"{NEED_GPU}: cuInit failed with CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"
+
+def test_device_cuda_without_a_driver_fails_with_that_sentence(tmp_path):
+  r = run_python("""
+    from tiny import Tensor
+    (Tensor([1.0, 2.0, 3.0]) * 2).realize()
+  """, tmp_path, DEVICE="CUDA", TINY_LIBCUDA="/nonexistent/libcuda.so.1")
+  last = r.stdout.strip().splitlines()[-1]
+  assert r.returncode != 0 and last.startswith(f"RuntimeError: {NEED_GPU}: no loadable libcuda"), r.stdout
+  assert "During handling" not in r.stdout, r.stdout  # no OSError chained underneath
+
+def test_metal_rt_imports_without_loading_a_library():
+  code = ("import ctypes, ctypes.util\n"
+          "def boom(*a, **k): raise AssertionError('loaded a library at import')\n"
+          "ctypes.CDLL = ctypes.util.find_library = boom\n"
+          "import metal_rt\n")
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE)
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="checks the refusal off macOS")
+def test_metal_device_off_macos_says_metal_needs_macos(monkeypatch):
+  loaded = []
+  monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: loaded.append(a))
+  with pytest.raises(RuntimeError, match=r"Metal needs macOS \(with Metal.framework\)"): metal_rt.MetalDevice()
+  assert loaded == []  # never CDLL(None), which would silently be this very program
+
+# What Apple documents for each selector (developer.apple.com/documentation/metal), restated independently of
+# metal_rt: NSUInteger/NSInteger are 64-bit, BOOL is c_bool, CFTimeInterval is double, NSError** is POINTER(c_void_p).
+DOCUMENTED = {
+  "newBufferWithLength:options:": (c_void_p, [c_ulong, c_ulong]),          # (NSUInteger length, MTLResourceOptions)
+  "setBuffer:offset:atIndex:": (None, [c_void_p, c_ulong, c_ulong]),        # (id<MTLBuffer>, NSUInteger, NSUInteger)
+  "dispatchThreadgroups:threadsPerThreadgroup:": (None, [metal_rt.MTLSize, metal_rt.MTLSize]),  # by value
+  "GPUStartTime": (c_double, []), "GPUEndTime": (c_double, []),             # CFTimeInterval
+  "newLibraryWithSource:options:error:": (c_void_p, [c_void_p, c_void_p, POINTER(c_void_p)]),
+  "newComputePipelineStateWithFunction:error:": (c_void_p, [c_void_p, POINTER(c_void_p)]),
+  "newFunctionWithName:": (c_void_p, [c_void_p]),
+  "newCommandQueueWithMaxCommandBufferCount:": (c_void_p, [c_ulong]),
+  "maxTotalThreadsPerThreadgroup": (c_ulong, []), "maxThreadgroupMemoryLength": (c_ulong, []),
+  "status": (c_ulong, []),                                                  # MTLCommandBufferStatus is NSUInteger
+  "setMathMode:": (None, [c_long]), "setMathFloatingPointFunctions:": (None, [c_long]),  # NSInteger enums
+  "setFastMathEnabled:": (None, [c_bool]), "respondsToSelector:": (c_bool, [c_void_p]),
+  "stringWithUTF8String:": (c_void_p, [c_char_p]), "UTF8String": (c_char_p, []),
+  "setComputePipelineState:": (None, [c_void_p]), "contents": (c_void_p, []), "error": (c_void_p, []),
 }
 
-@pytest.mark.parametrize("name", EMULATED)
-def test_gpu_lowering_on_the_emulator(name):
-  shapes, graph, ref = EMULATED[name]
-  xs = [rand_list(s, 80 + i) for i, s in enumerate(shapes)]
-  got = graph(*[Tensor(x, device="PYTHON") for x in xs])
-  assert_close(got.tolist(), ref(*xs), rtol=1e-4, atol=1e-4)
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_metal_selector_prototype_is_the_documented_one(name):
+  restype, argtypes = metal_rt.SELECTORS[name]
+  assert (restype, list(argtypes)) == DOCUMENTED[name]
+
+def test_metal_sizes_are_64_bit_and_mtlsize_goes_by_value():
+  assert ctypes.sizeof(metal_rt.NSUInteger) == ctypes.sizeof(metal_rt.NSInteger) == 8
+  assert [t for _, t in metal_rt.MTLSize._fields_] == [c_ulong] * 3 and ctypes.sizeof(metal_rt.MTLSize) == 24
+  assert issubclass(metal_rt.MTLSize, ctypes.Structure)  # a Structure in argtypes goes by value, a POINTER would not
+
+def test_every_metal_selector_sent_has_a_prototype_and_every_prototype_is_sent():
+  src = (HERE / "metal_rt.py").read_text()
+  # a lookahead, so that send(send(err, "a"), "b") yields both "a" and "b"
+  sent = set(re.findall(r'(?=send\([^,()]+(?:\([^()]*\))?, "([^"]+)")', src))
+  sent |= set(re.findall(r'selector\("([^"]+)"\)', src))
+  assert sent == set(metal_rt.SELECTORS)
+
+def test_each_metal_selector_gets_its_own_objc_msgsend(monkeypatch):
+  libc = ctypes.CDLL(None)
+  class FakeObjC:  # libc's labs stands in for objc_msgSend: only the prototypes set on it are inspected
+    def __getitem__(self, name): return libc["labs"]
+  monkeypatch.setattr(metal_rt, "runtime", lambda: (FakeObjC(), None))
+  metal_rt.messenger.cache_clear()
+  try:
+    fns = {name: metal_rt.messenger(name) for name in metal_rt.SELECTORS}
+    assert len({id(fn) for fn in fns.values()}) == len(metal_rt.SELECTORS)
+    for name, (restype, argtypes) in metal_rt.SELECTORS.items():
+      assert fns[name].restype == restype and fns[name].argtypes == [c_void_p, c_void_p, *argtypes]
+  finally: metal_rt.messenger.cache_clear()
+
+# ------------------------------------------------------------------------------------------------------------------
+# every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced
+# (and, run alone, the kernels of a few graphs of their own).
+
+def test_lowered_kernels_are_recorded():
+  t = Tensor.empty(3, 5) * 7 - 1
+  item, = tiny.schedule([t])
+  tiny.render(t)
+  assert (item.ast, tiny.getenv("NOOPT")) in LOWERED
+
+def lowered_kernels() -> list[tuple]:
+  a, b = Tensor.empty(7, 33), Tensor.empty(7, 33, dtype=dtypes.float16)
+  tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), device="CUDA")
+  return list(LOWERED)
+
+def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
+  """Each lowered kernel rendered for `device`, with the NOOPT it was lowered under; one entry per distinct source."""
+  out = {}
+  for ast, noopt in lowered_kernels():
+    monkeypatch.setenv("NOOPT", str(noopt))
+    prog = tiny.to_program(ast, device)
+    out[prog.src] = prog
+  return out
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_cuda_kernel_compiles_with_nvrtc(monkeypatch, arch):
+  sources = list(rendered(monkeypatch, "CUDA"))
+  # NVRTC compiles separate programs in parallel (ctypes lets go of the GIL); a CompileError shows log and source
+  with concurrent.futures.ThreadPoolExecutor() as pool:
+    binaries = list(pool.map(lambda src: cuda_rt.nvrtc_compile(src, arch), sources))
+  assert all(b[:4] == b"\x7fELF" for b in binaries)
+
+def test_every_kernel_renders_for_metal(monkeypatch):
+  for prog in rendered(monkeypatch, "METAL").values():
+    assert prog.src.count("kernel void ") == 1 and "uint3 gid [[threadgroup_position_in_grid]]" in prog.src, prog.src
+    if any(u.op is tiny.Ops.DEFINE_LOCAL for u in prog.uops):  # a shared-memory reduction
+      assert re.search(r"^\s*threadgroup .*\[\d+\];$", prog.src, re.M), prog.src
+      assert "threadgroup_barrier(mem_flags::mem_threadgroup);" in prog.src, prog.src

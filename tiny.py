@@ -1069,10 +1069,15 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (term
   return all([t for t in st.src[1].terms() if r in t.toposort] == [r] for st in sink.src)
 
 def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
-  """Threads per block on the last (fastest, so coalesced) global axis, within the device's limit."""
+  """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
+  short, up to 128 threads within the device's limit."""
   glob = ranges(sink, "global")
   if not glob or ranges(sink, "local") or ranges(sink, "group"): return []  # a group's block is its reduction
-  return [Opt("local", glob[-1], min(dev.local_max, 128, glob[-1].src[0].arg))]
+  opts, budget = [], min(dev.local_max, 128)
+  for r in reversed(glob[-2:]):
+    if budget >= 2: opts.append(Opt("local", r, min(budget, r.src[0].arg)))
+    budget //= min(budget, r.src[0].arg)
+  return opts
 
 def thread_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them."""
@@ -1109,6 +1114,12 @@ def to_gpu(sink:UOp) -> UOp:
   """Global ranges become block ids, local and group ranges thread ids. A group range splits its reduction: each
   thread reduces its strided share (neighbours read neighbours: coalesced), writes it to shared memory, and after a
   barrier every thread combines the block's partials; one thread stores the result."""
+  glob = ranges(sink, "global")
+  while len(glob) > 3 or any(r.src[0].arg > 65535 for r in glob[1:]):  # a grid has 3 dims, y and z of at most 65535
+    a, b = glob[0], glob[1]
+    r = new_range(a.src[0].arg * b.src[0].arg, "global")
+    sink = simplify(substitute(sink, {a: r // b.src[0].arg, b: r % b.src[0].arg}))
+    glob = ranges(sink, "global")
   special = {}
   for kind, prefix in (("global", "gidx"), ("local", "lidx"), ("group", "lidx")):
     for i, r in enumerate(ranges(sink, kind)):
@@ -1246,8 +1257,10 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   sink = to_gpu(sink) if dev.has_local else substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",))
                                                               for r in ranges(sink, "thread")})
   uops = linearize(add_loops(to_accumulators(vectorize(sink))))
-  sizes = lambda p: tuple(u.src[0].arg for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(p)),  # noqa: E731
-                                                       key=lambda u: u.arg[0])) or (1,)
+  def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
+    ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
+    dims = [u.src[0].arg for u in ids]
+    return tuple(dims + [1] * (3 - len(dims)))
   return Program(name, dev.render(name, uops), uops, sizes(("gidx", "core")), sizes("lidx"), dev.device, _cost(ast))
 
 def _cost(ast:UOp) -> tuple[int, int]:
@@ -1318,7 +1331,7 @@ def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op
 class Renderer:
   """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
   ext_vector_type) give float4 loads and stores."""
-  device, has_local, local_max, cores = "CPU", False, 1, os.cpu_count() or 1
+  device, has_local, local_max, cores = "CPU", False, 1, getenv("THREADS", os.cpu_count() or 1)
   kernel_prefix, buffer_prefix, local_prefix, barrier = "void", "", "", ""
   ids: dict[str, str] = {}
   lanes = ("[0]", "[1]", "[2]", "[3]")
@@ -1424,7 +1437,7 @@ class CPURuntime:
     native = subprocess.run([self.cc, "-march=native", "-E", "-x", "c", "-"], input="", capture_output=True).returncode == 0
     self.flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno"] + (["-march=native"] if native else [])
     self.compiler_id = f"{version} {' '.join(self.flags)}"
-    self.pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1)
+    self.pool = concurrent.futures.ThreadPoolExecutor(getenv("THREADS", os.cpu_count() or 1))
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
@@ -1532,7 +1545,7 @@ class Compiled:
   def free(self, buf, nbytes:int): self.free_cache[nbytes].append(buf)
   def program(self, prog:Program) -> Callable:
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
-    if prog.src not in self.programs:
+    if (prog.name, prog.src) not in self.programs:
       key = hashlib.sha256(f"{self.runtime.compiler_id}\n{prog.src}".encode()).hexdigest()
       path = os.path.join(cache_dir(), key + ".bin")
       if os.path.exists(path) and not getenv("NOCACHE"):
@@ -1543,8 +1556,8 @@ class Compiled:
         fd, tmp = tempfile.mkstemp(dir=cache_dir())
         with os.fdopen(fd, "wb") as f: f.write(binary)
         os.replace(tmp, path)  # atomic: a second process sees all of the file or none
-      self.programs[prog.src] = self.runtime.load(prog.name, binary)
-    return self.programs[prog.src]
+      self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, binary)
+    return self.programs[(prog.name, prog.src)]
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
@@ -1623,12 +1636,15 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
     total += tm or 0.0
   return total
 
+def _dims(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
+
 class RawKernel:
   """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
-  The source must define `name` taking one pointer per buffer, in order."""
+  The source must define `name` taking one pointer per buffer, in order. On the CPU, a global_size[0] of n > 1 calls
+  it once per thread, with the thread's index 0..n-1 as one more int argument."""
   def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
     self.device = (device or Device.DEFAULT).upper()
-    self.prog = Program(name, src, [], tuple(global_size), tuple(local_size), self.device)
+    self.prog = Program(name, src, [], _dims(global_size), _dims(local_size), self.device)
     if self.device == "PYTHON": raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
     self.fn = Device[self.device].program(self.prog)
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float|None:
