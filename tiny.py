@@ -354,6 +354,9 @@ symbolic = PatternMatcher([
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
   (xi + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),              # x+c0<c1 -> x<c1-c0
+  # gates that bounds decided: a load always taken drops its gate, one never taken reads 0
+  (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"), lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),
+  (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"), lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),
   (c0 < xi + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),
 ])
 
@@ -688,7 +691,7 @@ class Tensor:
     """A big reduction to few outputs runs as two kernels: 256 partial results per output, each over a contiguous
     chunk, then their combine. One kernel would be one block of threads: a sliver of a GPU."""
     x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-    x = x.pad(((0, 0),) * len(kept) + ((0, -size % 256),), value=identity(op, self.dtype).arg)
+    x = x.pad(((0, 0),) * len(kept) + ((0, -size % 1024),), value=identity(op, self.dtype).arg)  # chunks of 4k: float4
     partial = x.reshape(kept + (256, x.shape[-1] // 256))._reduce(op, -1, False).contiguous()
     return partial._reduce(op, -1, False)
   def sum(self, axis=None, keepdim=False) -> Tensor:
@@ -1082,7 +1085,7 @@ def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
 def thread_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them."""
   glob = ranges(sink, "global")
-  work = prod(r.src[0].arg for r in ranges(sink) if r.arg[1] in ("global", "reduce"))
+  work = prod(r.src[0].arg for r in ranges(sink))
   return [Opt("thread", glob[0], dev.cores)] if glob and dev.cores > 1 and work >= 2**17 * dev.cores else []
 
 def optimize(sink:UOp, dev:Renderer) -> UOp:
