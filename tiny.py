@@ -177,8 +177,11 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return self.src[-1].shape
   @functools.cached_property
   def key(self) -> tuple:
-    """A structural sort key, the same in every process: orders the terms of a sum canonically."""
-    return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
+    """A structural key, the same in every process: orders the terms of a sum, and keys the program cache."""
+    for u in self._sources:  # sources first, so a long chain doesn't recurse
+      if "key" not in u.__dict__: u.__dict__["key"] = u._key()
+    return self._key()
+  def _key(self) -> tuple: return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
   def const_factor(self) -> int:
     """The largest integer this int expression is provably a multiple of."""
@@ -871,7 +874,7 @@ realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # computed no
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
-def _expands(st:ShapeTracker) -> bool: return any(st == 0 and s > 1 for v in st.views for s, st in zip(v.shape, v.strides))
+def _expands(st:ShapeTracker) -> bool: return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
@@ -938,14 +941,19 @@ class KernelContext:
   def input(self, u:UOp) -> Buffer|None:
     return u.arg if u.op is Ops.BUFFER else self.views[u].src[0].arg if u in self.views and u not in self.outs else None
 
-def to_ast(u:UOp, ctx:KernelContext) -> UOp:
-  if u not in ctx.memo:
-    if (buf := ctx.input(u)) is not None: out = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
+def to_ast(root:UOp, ctx:KernelContext) -> UOp:
+  """The graph of root with inputs as PARAMs; iterative, and it stops at inputs (what made them is another kernel)."""
+  stack = [root]
+  while stack:
+    u = stack[-1]
+    if u in ctx.memo: stack.pop()
+    elif (buf := ctx.input(u)) is not None:
+      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
     elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # a buffer is its own contiguous base
-      out = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
-    else: out = u.replace(src=tuple(to_ast(s, ctx) for s in u.src))
-    ctx.memo[u] = out
-  return ctx.memo[u]
+      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
+    elif todo := [s for s in u.src if s not in ctx.memo]: stack.extend(todo)
+    else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
+  return ctx.memo[root]
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 1: rangeify. Each output dim becomes a RANGE, each reduced dim a RANGE of its REDUCE; views turn the
@@ -971,27 +979,43 @@ def rangeify(ast:UOp) -> UOp:
 
 def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
-  outside the mask the address may point outside the buffer, and a gated load never reads it."""
-  if (u, idxs, valid) in memo: return memo[(u, idxs, valid)]
+  outside the mask the address may point outside the buffer, and a gated load never reads it. Iterative, with the
+  sources of each (node, index, gate) computed first: a long elementwise chain would overflow Python's recursion."""
+  plan: dict[tuple, list[tuple]] = {}
+  stack = [(u, idxs, valid)]
+  while stack:
+    key = stack[-1]
+    if key in memo: stack.pop()
+    elif key not in plan: plan[key] = _sources(*key); stack.extend(k for k in plan[key] if k not in memo)
+    else: stack.pop(); memo[key] = _value(*key, plan[key], [memo[k] for k in plan[key]])
+  return memo[(u, idxs, valid)]
+
+def _view(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
+  addr, inner = u.arg.index(idxs)
+  return addr, inner, inner if valid is None else valid if inner is None else valid & inner
+
+def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
+  """Which (node, index, gate) the value of u at idxs is made from."""
   if u.op is Ops.VIEW:
-    addr, inner = u.arg.index(idxs)
-    gate = inner if valid is None else valid if inner is None else valid & inner
-    base = u.src[0]
-    if base.op is Ops.PARAM: out = UOp(Ops.LOAD, u.dtype, (base, addr) + ((gate,) if gate is not None else ()))
-    else:
-      out = base if base.op is Ops.CONST else build(base, tuple(unravel(addr, base.shape)), memo, gate)
-      if inner is not None: out = inner.where(out, out.const_like(0))
-  elif u.op is Ops.IOTA: out = idxs[0]
-  elif u.op is Ops.CONTIGUOUS: out = build(u.src[0], idxs, memo, valid)
-  elif u.op is Ops.REDUCE_AXIS:
-    op, axes = u.arg
-    inner = tuple(new_range(s, "reduce") if i in axes else idx for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs)))
-    ranges = tuple(r for r in inner if r.op is Ops.RANGE and r not in idxs)
-    value = build(u.src[0], inner, memo, valid)
-    out = UOp(Ops.REDUCE, u.dtype, (value,) + ranges, op) if ranges else value
-  else: out = u.replace(src=tuple(build(s, idxs, memo, valid) for s in u.src))
-  memo[(u, idxs, valid)] = out
-  return out
+    addr, _, gate = _view(u, idxs, valid)
+    return [] if u.src[0].op in (Ops.PARAM, Ops.CONST) else [(u.src[0], tuple(unravel(addr, u.src[0].shape)), gate)]
+  if u.op is Ops.REDUCE_AXIS:
+    return [(u.src[0], tuple(new_range(s, "reduce") if i in u.arg[1] else idx
+                             for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs))), valid)]
+  return [(s, idxs, valid) for s in u.src]
+
+def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:list[UOp]) -> UOp:
+  if u.op is Ops.VIEW:
+    addr, inner, gate = _view(u, idxs, valid)
+    if u.src[0].op is Ops.PARAM: return UOp(Ops.LOAD, u.dtype, (u.src[0], addr) + ((gate,) if gate is not None else ()))
+    out = u.src[0] if u.src[0].op is Ops.CONST else vals[0]
+    return out if inner is None else inner.where(out, out.const_like(0))
+  if u.op is Ops.IOTA: return idxs[0]
+  if u.op is Ops.CONTIGUOUS: return vals[0]
+  if u.op is Ops.REDUCE_AXIS:
+    ranges = tuple(r for r in srcs[0][1] if r.op is Ops.RANGE and r not in idxs)
+    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + ranges, u.arg[0]) if ranges else vals[0]
+  return u.replace(src=tuple(vals))
 
 def ranges(u:UOp, kind:str|None=None) -> list[UOp]:
   return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.arg[1])), key=lambda r: r.arg[0])
