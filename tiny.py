@@ -1429,6 +1429,7 @@ class MetalRenderer(CUDARenderer):
   kernel_prefix, buffer_prefix, local_prefix = "kernel void", "device ", "threadgroup __attribute__((aligned(16))) "
   barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
   ids = {"g": "gid", "l": "lid"}
+  types = CUDARenderer.types | {dtypes.long: "long", dtypes.char: "char", dtypes.uchar: "uchar", dtypes.uint32: "uint"}
   code_for_op = code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"}
   def header(self, uops): return ["#include <metal_stdlib>", "using namespace metal;"]
   def vector(self, d, xs): return f"{self.types[d]}({','.join(xs)})"
