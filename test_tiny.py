@@ -824,11 +824,11 @@ def gpu_lowering(request, monkeypatch):
 def emulated(*xs) -> list[Tensor]: return [Tensor(x, device="PYTHON") for x in xs]
 
 @pytest.mark.usefixtures("gpu_lowering")
-@pytest.mark.parametrize("n", [1, 3, 1000, 1003])  # one thread; less than a float4; float4 with a tail; no float4
+@pytest.mark.parametrize("n", [1, 3, 1000, 1003])  # a lone thread, less than a float4, blocks with a gated tail
 def test_elementwise_on_the_emulator(n):
   a, b = rand_list((n,), 80), rand_list((n,), 81, 0.5, 2.0)
-  got = (lambda x, y: x * y - x / y)(*emulated(a, b))
-  assert_close(got.tolist(), ref_ew(lambda x, y: x * y - x / y, a, b), rtol=1e-5, atol=1e-5)
+  ta, tb = emulated(a, b)
+  assert_close((ta * tb - ta / tb).tolist(), ref_ew(lambda x, y: x * y - x / y, a, b), rtol=1e-5, atol=1e-5)
 
 @pytest.mark.usefixtures("gpu_lowering")
 @pytest.mark.parametrize("name", UNARY)
@@ -841,7 +841,8 @@ def test_unary_op_on_the_emulator(name):
 @pytest.mark.parametrize("sa, sb", [((5, 1, 3), (7, 1)), ((), (3, 7)), ((1,), (33,)), ((7, 33), (33,))])
 def test_broadcasting_on_the_emulator(sa, sb):
   a, b = rand_list(sa, 83), rand_list(sb, 84)
-  got = (lambda x, y: x * y + y)(*emulated(a, b))
+  ta, tb = emulated(a, b)
+  got = ta * tb + tb
   assert got.shape == broadcast_shape(sa, sb)
   assert_close(got.tolist(), ref_ew(lambda x, y: x * y + y, a, b))
 
@@ -870,10 +871,10 @@ def test_sum_with_a_gated_tail_on_the_emulator():
 
 def test_big_sum_runs_as_two_kernels_on_the_emulator(monkeypatch):
   """A sum over 2**15 or more elements into few outputs is two kernels: 256 partial sums per output, then their
-  combine. Nine rows, so that the partials (9*256) are too many for a shared-memory reduction: for one row each of
-  the 256 blocks would combine its partials in every thread, which takes the emulator minutes."""
+  combine. Nine rows make more partials (9*256) than tiny combines in shared memory; one row would make 256 blocks
+  in which every thread combines the block's 128 partials, which takes the emulator about 40 s."""
   monkeypatch.delenv("NOOPT", raising=False)
-  x = rand_list((9, 33000), 90, 0.0, 1.0)  # 33000 is no multiple of 256: the partials' input is padded with zeros
+  x = rand_list((9, 33000), 90, 0.0, 1.0)  # 33000 fills no whole number of chunks: the rest is padded with zeros
   t = emulated(x)[0].sum(axis=1)
   assert len(tiny.render(t)) == 2
   assert_close(t.tolist(), ref_reduce(math.fsum, x, 1), rtol=1e-5)
@@ -1172,8 +1173,7 @@ def test_each_metal_selector_gets_its_own_objc_msgsend(monkeypatch):
   finally: metal_rt.messenger.cache_clear()
 
 # ------------------------------------------------------------------------------------------------------------------
-# every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced
-# (and, run alone, the kernels of a few graphs of their own).
+# every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced.
 
 def test_lowered_kernels_are_recorded():
   t = Tensor.empty(3, 5) * 7 - 1
@@ -1182,6 +1182,8 @@ def test_lowered_kernels_are_recorded():
   assert (item.ast, tiny.getenv("NOOPT")) in LOWERED
 
 def lowered_kernels() -> list[tuple]:
+  """Every (kernel AST, NOOPT) lowered so far, after a few kernels of each kind (elementwise, reduce, shared memory,
+  matmul, half) have been, so that the tests below check something when run alone."""
   a, b = Tensor.empty(7, 33), Tensor.empty(7, 33, dtype=dtypes.float16)
   tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), device="CUDA")
   return list(LOWERED)
@@ -1199,7 +1201,7 @@ def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_cuda_kernel_compiles_with_nvrtc(monkeypatch, arch):
   sources = list(rendered(monkeypatch, "CUDA"))
-  # NVRTC compiles separate programs in parallel (ctypes lets go of the GIL); a CompileError shows log and source
+  # separate NVRTC programs may compile at once (ctypes lets go of the GIL); a CompileError shows log and source
   with concurrent.futures.ThreadPoolExecutor() as pool:
     binaries = list(pool.map(lambda src: cuda_rt.nvrtc_compile(src, arch), sources))
   assert all(b[:4] == b"\x7fELF" for b in binaries)
