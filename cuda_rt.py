@@ -3,11 +3,11 @@
 # so importing this file never fails on a machine without CUDA.
 import ctypes, glob, os, site
 from ctypes import POINTER as P, byref, c_char, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint64, c_void_p
+from tiny import CompileError  # one class for every device's compiler
 
 NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
 
 class CUDAError(RuntimeError): pass     # a driver or NVRTC call failed
-class CompileError(RuntimeError): pass  # NVRTC rejected a kernel's source
 
 # ***** library loading: the file an env var names, else the usual names in a CUDA toolkit and NVIDIA's pip wheels *****
 

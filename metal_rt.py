@@ -7,6 +7,7 @@ autoreleased (+0) and lives until the enclosing autorelease pool drains.
 """
 import collections, contextlib, ctypes, functools, math, sys
 from ctypes import POINTER, Structure, byref, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
+from tiny import CompileError  # one class for every device's compiler
 
 NSUInteger, NSInteger = c_ulong, c_long  # 64-bit on every Mac (LP64), on arm64 and x86_64 alike
 
@@ -102,12 +103,6 @@ def host(buf, nbytes: int) -> memoryview:
   """The CPU's view of a shared-storage MTLBuffer: memory is unified, so copies in and out are plain memcpys."""
   return memoryview((ctypes.c_char * nbytes).from_address(send(buf, "contents"))).cast("B")
 
-class CompileError(RuntimeError):
-  """The Metal compiler rejected a kernel: `log` is what it said, `src` the source it was given."""
-  def __init__(self, log: str, src: str):
-    super().__init__(log)
-    self.log, self.src = log, src
-
 # ***** device: allocator + compiler + queue *****
 
 class MetalDevice:
@@ -142,13 +137,13 @@ class MetalDevice:
       err = c_void_p()
       lib = send(self.device, "newLibraryWithSource:options:error:", nsstring(src), opts, byref(err))
       send(opts, "release")
-      if not lib: raise CompileError(describe(err), src)
+      if not lib: raise CompileError(f"Metal failed to compile this kernel:\n{describe(err)}\n{src}")
       fn = send(lib, "newFunctionWithName:", nsstring(name))
       send(lib, "release")
-      if not fn: raise CompileError(f"the Metal source has no kernel named {name!r}", src)
+      if not fn: raise CompileError(f"the Metal source has no kernel named {name!r}:\n{src}")
       pipeline = send(self.device, "newComputePipelineStateWithFunction:error:", fn, byref(err))
       send(fn, "release")
-      if not pipeline: raise CompileError(describe(err), src)
+      if not pipeline: raise CompileError(f"Metal failed to make a pipeline for {name}:\n{describe(err)}\n{src}")
     return MetalProgram(self, name, pipeline, send(pipeline, "maxTotalThreadsPerThreadgroup"))
 
   def alloc(self, nbytes: int) -> int:
