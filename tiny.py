@@ -691,11 +691,13 @@ class Tensor:
     else: out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
     return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
   def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
-    """A big reduction to few outputs runs as two kernels: 256 partial results per output, each over a contiguous
-    chunk, then their combine. One kernel would be one block of threads: a sliver of a GPU."""
+    """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
+    contiguous chunk of a multiple of 4 elements (float4 loads), then their combine. One kernel would be one block of
+    threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
     x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-    x = x.pad(((0, 0),) * len(kept) + ((0, -size % 1024),), value=identity(op, self.dtype).arg)  # chunks of 4k: float4
-    partial = x.reshape(kept + (256, x.shape[-1] // 256))._reduce(op, -1, False).contiguous()
+    parts = next((p for p in range(256, 63, -1) if size % (4 * p) == 0), 256)
+    x = x.pad(((0, 0),) * len(kept) + ((0, -size % (4 * parts)),), value=identity(op, self.dtype).arg)
+    partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce(op, -1, False).contiguous()
     return partial._reduce(op, -1, False)
   def sum(self, axis=None, keepdim=False) -> Tensor:
     x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
@@ -1082,10 +1084,11 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
   out_size = prod(r.src[0].arg for r in glob)
   if dev.has_local and red and out_size <= 2048:
     return [Opt("group", red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].src[0].arg)))]
-  if glob and glob[-1].src[0].arg >= 4 and (glob[-1].src[0].arg % 4 == 0 or len(glob) == 1) and _unit_stride(sink, glob[-1]):
+  if not red and glob and glob[-1].src[0].arg >= 4 and (glob[-1].src[0].arg % 4 == 0 or len(glob) == 1) and \
+     _unit_stride(sink, glob[-1]):
     opts.append(Opt("upcast", glob[-1], 4))  # a tail past the end is safe only with no next row to run into
-  for r in reversed(glob[:-1] if opts else glob):  # the register tile of a matmul: each load feeds 4 outputs
-    if red and len(opts) < 2 and r.src[0].arg % 4 == 0 and _reused(sink, r): opts.append(Opt("upcast", r, 4))
+  for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
+    if len(opts) < 2 and r.src[0].arg % 4 == 0 and _reused(sink, r): opts.append(Opt("upcast", r, 4))
   if red and red[-1].src[0].arg % 4 == 0: opts.append(Opt("unroll", red[-1], 4))
   return opts
 
@@ -1124,16 +1127,20 @@ def optimize(sink:UOp, dev:Renderer) -> UOp:
 # ranges on GPUs, reductions become accumulators, and four lanes at consecutive addresses become one float4 access.
 
 def expand(sink:UOp) -> UOp:
-  """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes."""
+  """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
+  Unrolled lanes of a reduce each get an accumulator, combined after the loop: n independent chains of adds, not
+  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop."""
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
     return [simplify(substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)}))
             for vals in itertools.product(*[range(r.src[0].arg) for r in rs])]
+  tile = bool(ranges(sink, "upcast"))
   def unroll(u:UOp) -> UOp|None:
     rs = [r for r in u.src[1:] if r.arg[1] == "unroll"]
     if not rs: return None
-    value = functools.reduce(lambda a, b: a.alu(u.arg, b), lanes(u.src[0], rs))
-    rest = tuple(r for r in u.src[1:] if r not in rs)
-    return u.replace(src=(value,) + rest) if rest else value
+    rest, vals = tuple(r for r in u.src[1:] if r not in rs), lanes(u.src[0], rs)
+    combine = lambda xs: functools.reduce(lambda a, b: a.alu(u.arg, b), xs)  # noqa: E731
+    if not rest: return combine(vals)
+    return u.replace(src=(combine(vals),) + rest) if tile else combine([u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
   return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, "upcast"))))
 
