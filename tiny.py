@@ -687,9 +687,10 @@ class Tensor:
   def _reduce(self, op:Ops, axis, keepdim:bool) -> Tensor:
     axes = self._axes(axis)
     size, kept = prod(self.shape[i] for i in axes), tuple(s for i, s in enumerate(self.shape) if i not in axes)
-    if size >= 2**15 and prod(kept) < 256: out = self._split_reduce(op, axes, size, kept)
-    else: out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
+    out = self._split_reduce(op, axes, size, kept) if size >= 2**15 and prod(kept) < 256 else self._reduce_axis(op, axes)
     return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
+  def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
+    return Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
   def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
     """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
     contiguous chunk of a multiple of 4 elements (float4 loads), then their combine. One kernel would be one block of
@@ -697,8 +698,8 @@ class Tensor:
     x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
     parts = next((p for p in range(256, 63, -1) if size % (4 * p) == 0), 256)
     x = x.pad(((0, 0),) * len(kept) + ((0, -size % (4 * parts)),), value=identity(op, self.dtype).arg)
-    partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce(op, -1, False).contiguous()
-    return partial._reduce(op, -1, False)
+    partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
+    return partial._reduce_axis(op, (len(kept),))
   def sum(self, axis=None, keepdim=False) -> Tensor:
     x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
     return x._reduce(Ops.ADD, axis, keepdim)
@@ -970,6 +971,7 @@ def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
   return [(addr // st) % s if s != 1 else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
 
 def identity(op:Ops, dtype:DType) -> UOp:
+  if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (identity(op, dtype.scalar),) * dtype.count)
   if op is Ops.ADD: return UOp.const(dtype, 0)
   return UOp.const(dtype, -math.inf if dtypes.is_float(dtype) else False if dtype == dtypes.bool else dtypes.limits(dtype)[0])
 
@@ -1205,7 +1207,7 @@ def vectorize(sink:UOp) -> UOp:
     loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(4)})
   return substitute(sink, loads)
 
-def to_accumulators(sink:UOp) -> UOp:
+def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
   every output loop, so it starts again for each output element."""
@@ -1214,12 +1216,25 @@ def to_accumulators(sink:UOp) -> UOp:
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg[0]))].append(u)
   for rs, us in groups.items():
-    accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
+    work = _vector_sums(us, rs) if vector_alu else [(u, [(u, None)]) for u in us]
+    accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i) for i, (r, _) in enumerate(work)]
     # the ranges ride along as sources: the update runs in the loop even when the value doesn't depend on it
-    body = tuple(UOp(Ops.ASSIGN, u.dtype, (a, a.alu(u.arg, substitute(u.src[0], done))) + rs) for a, u in zip(accs, us))
+    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, a.alu(r.arg, substitute(r.src[0], done))) + rs) for a, (r, _) in zip(accs, work))
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
-    done.update({u: UOp(Ops.LOAD, u.dtype, (a, body[0])) for a, u in zip(accs, us)})
+    for a, (_, outs) in zip(accs, work):
+      total = UOp(Ops.LOAD, a.dtype, (a, body[0]))
+      done.update({u: total if lane is None else UOp(Ops.GEP, u.dtype, (total,), lane) for u, lane in outs})
   return substitute(sink, done)
+
+def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
+  """Four sums of the four lanes of one float4 are one float4 sum: one vector add a step (where the dialect has it)."""
+  lanes: dict[UOp, dict[int, UOp]] = defaultdict(dict)
+  for u in us:
+    if u.arg is Ops.ADD and u.src[0].op is Ops.GEP: lanes[u.src[0].src[0]][u.src[0].arg] = u
+  whole = {vec: got for vec, got in lanes.items() if len(got) == vec.dtype.count}
+  summed = {u for got in whole.values() for u in got.values()}
+  return [(UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in got.items()]) for vec, got in whole.items()] + \
+         [(u, [(u, None)]) for u in us if u not in summed]
 
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them) become loops around the stores."""
@@ -1290,7 +1305,7 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   sink = expand(sink)
   sink = to_gpu(sink) if dev.has_local else substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",))
                                                               for r in ranges(sink, "thread")})
-  uops = linearize(add_loops(to_accumulators(vectorize(sink))))
+  uops = linearize(add_loops(to_accumulators(vectorize(sink), dev.vector_alu)))
   def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
     ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
     dims = [u.src[0].arg for u in ids]
@@ -1366,6 +1381,7 @@ class Renderer:
   """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
   ext_vector_type) give float4 loads and stores."""
   device, has_local, local_max, cores = "CPU", False, 1, getenv("THREADS", os.cpu_count() or 1)
+  vector_alu = True  # `+` on float4 values: GCC/Clang vectors and Metal have it, CUDA's float4 does not
   kernel_prefix, buffer_prefix, local_prefix, barrier = "void", "", "", ""
   ids: dict[str, str] = {}
   lanes = ("[0]", "[1]", "[2]", "[3]")
@@ -1416,7 +1432,7 @@ class Renderer:
     return "\n".join(self.header(uops) + [self.signature(name, uops) + " {"] + lines + ["}"])
 
 class CUDARenderer(Renderer):
-  device, has_local, local_max = "CUDA", True, 1024
+  device, has_local, local_max, vector_alu = "CUDA", True, 1024, False
   kernel_prefix, local_prefix, barrier = 'extern "C" __global__ void', "__shared__ __align__(16) ", "__syncthreads();"
   ids = {"g": "blockIdx", "l": "threadIdx"}
   lanes = (".x", ".y", ".z", ".w")
@@ -1432,7 +1448,7 @@ class CUDARenderer(Renderer):
     return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(self.params(uops))})"
 
 class MetalRenderer(CUDARenderer):
-  device = "METAL"
+  device, vector_alu = "METAL", True
   kernel_prefix, buffer_prefix, local_prefix = "kernel void", "device ", "threadgroup __attribute__((aligned(16))) "
   barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
   ids = {"g": "gid", "l": "lid"}
