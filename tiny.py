@@ -693,11 +693,11 @@ class Tensor:
     return Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
   def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
     """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
-    contiguous chunk of a multiple of 4 elements (float4 loads), then their combine. One kernel would be one block of
+    contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be one block of
     threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
     x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-    parts = next((p for p in range(256, 63, -1) if size % (4 * p) == 0), 256)
-    x = x.pad(((0, 0),) * len(kept) + ((0, -size % (4 * parts)),), value=identity(op, self.dtype).arg)
+    parts = next((p for p in range(256, 63, -1) if size % (16 * p) == 0), 256)
+    x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, self.dtype).arg)
     partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
     return partial._reduce_axis(op, (len(kept),))
   def sum(self, axis=None, keepdim=False) -> Tensor:
@@ -1091,7 +1091,9 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
     opts.append(Opt("upcast", glob[-1], 4))  # a tail past the end is safe only with no next row to run into
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     if len(opts) < 2 and r.src[0].arg % 4 == 0 and _reused(sink, r): opts.append(Opt("upcast", r, 4))
-  if red and red[-1].src[0].arg % 4 == 0: opts.append(Opt("unroll", red[-1], 4))
+  # a CPU sum unrolled by 16 keeps four float4 accumulators: four adds in flight, not one waiting on the last
+  if red and (n := 16 if not dev.has_local and not opts and red[-1].src[0].arg % 16 == 0 else 4) and red[-1].src[0].arg % n == 0:
+    opts.append(Opt("unroll", red[-1], n))
   return opts
 
 def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
@@ -1112,10 +1114,11 @@ def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   return opts
 
 def thread_opts(sink:UOp, dev:Renderer) -> list[Opt]:
-  """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them."""
+  """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
+  handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
   glob = ranges(sink, "global")
   work = prod(r.src[0].arg for r in ranges(sink))
-  return [Opt("thread", glob[0], dev.cores)] if glob and dev.cores > 1 and work >= 2**17 * dev.cores else []
+  return [Opt("thread", glob[0], dev.cores)] if glob and dev.cores > 1 and work >= 2**21 * dev.cores else []
 
 def optimize(sink:UOp, dev:Renderer) -> UOp:
   sink = merge_ranges(simplify(sink))
@@ -1504,7 +1507,10 @@ class CPURuntime:
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
       if global_size[0] == 1: fn(*bufs)
-      else: list(self.pool.map(lambda core: fn(*bufs, core), range(global_size[0])))  # ctypes lets go of the GIL
+      else:  # the calling thread runs chunk 0 while the pool runs the rest; ctypes lets go of the GIL
+        rest = [self.pool.submit(fn, *bufs, core) for core in range(1, global_size[0])]
+        fn(*bufs, 0)
+        for f in rest: f.result()
       return time.perf_counter() - start
     return run
   def alloc(self, nbytes:int): return (ctypes.c_uint8 * max(nbytes, 1))()
