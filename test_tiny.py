@@ -399,6 +399,13 @@ def test_sum_of_many_elements():
   x = rand_list((100003,), 28)
   assert_close(Tensor(x).sum().item(), math.fsum(x), atol=1e-2)
 
+@pytest.mark.parametrize("n", [40009, 2**22 + 3])  # prime: padded to the split; big enough for CPU threads
+def test_big_reductions_split_in_two_kernels(n):
+  x = rand_list((n,), 29)
+  assert [p.name[0] for p in tiny.render(Tensor(x).max())] == ["r", "r"]
+  assert Tensor(x).max().item() == max(x) and Tensor(x).min().item() == min(x)
+  assert_close(Tensor(x).sum().item(), math.fsum(x), rtol=1e-4)
+
 def test_sum_of_bool_counts_true_values():
   x = rand_list((7, 33), 29)
   got = (Tensor(x) > 0).sum(axis=1)
@@ -687,6 +694,17 @@ def test_render_describes_kernels_without_running_them():
   assert len(tiny.render(t)) == len(kernels) == 1
   k = kernels[0]
   assert isinstance(k.src, str) and k.name in k.src and k.global_size is not None and k.local_size is not None
+
+def test_long_elementwise_chain_does_not_hit_the_recursion_limit():
+  x = Tensor([1.0, 2.0])
+  for _ in range(3000): x = x + 1
+  assert x.tolist() == [3001.0, 3002.0]
+
+def test_threaded_cpu_kernel_writes_every_element():  # big enough to split across cores, with a tail in each
+  n = 2**22 + 3
+  a, b = Tensor.arange(n), Tensor.arange(n).flip(0)
+  got = (a * 2 + b).tolist()
+  assert got == [2 * i + (n - 1 - i) for i in range(n)]
 
 def test_realized_tensor_is_read_not_recomputed():
   x = rand_list((7, 33), 66)
@@ -1017,6 +1035,14 @@ def test_raw_kernel_runs_c_on_the_cpu():
   out = Tensor.empty(1003, device="CPU")
   tiny.RawKernel("axpy", src, device="CPU")(out, Tensor(x, device="CPU"), Tensor(y, device="CPU"))
   assert out.tolist() == ref_ew(lambda a, b: f32(2 * a + b), x, y)
+
+def test_raw_kernels_from_one_source_run_their_own_function():
+  src = "void one(float* restrict o) { o[0] = 1; }\nvoid two(float* restrict o) { o[0] = 2; }"
+  out = Tensor.empty(1)
+  tiny.RawKernel("one", src, device="CPU")(out)
+  assert out.tolist() == [1.0]
+  tiny.RawKernel("two", src, device="CPU")(out)
+  assert out.tolist() == [2.0]
 
 def test_emulator_refuses_raw_kernels():
   with pytest.raises(ValueError, match="PYTHON"): tiny.RawKernel("k", "void k(float* a) {}", device="PYTHON")

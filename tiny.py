@@ -480,7 +480,7 @@ class ShapeTracker:
 
 def _flatten(data) -> tuple[list, tuple[int, ...]]:
   if not isinstance(data, (list, tuple)): return [data], ()
-  if not data: return [], (0,)
+  if not any(isinstance(d, (list, tuple)) for d in data): return list(data), (len(data),)
   parts = [_flatten(d) for d in data]
   if any(shape != parts[0][1] for _, shape in parts): raise ValueError(f"ragged nested list: can't make a tensor of {data!r}")
   return [v for vals, _ in parts for v in vals], (len(data),) + parts[0][1]
@@ -510,8 +510,9 @@ class Tensor:
       vals, shape = _flatten(data)
       dtype = dtype or (dtypes.float32 if any(isinstance(v, float) for v in vals) else dtypes.int32
                         if any(not isinstance(v, bool) for v in vals) else dtypes.bool if vals else dtypes.float32)
-      py = dtypes.python(dtype)
-      raw, fmt = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, py(v)) for v in vals]), dtype
+      try: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *vals)
+      except struct.error: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, dtypes.python(dtype)(v)) for v in vals])
+      fmt = dtype
     else:
       try: mv = memoryview(data)
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
