@@ -1410,7 +1410,7 @@ class Renderer:
       for s in u.src: uses[s] += 2 if u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?: (no blowup)
     self.names: dict[UOp, str] = {}
     counts: dict[str, int] = defaultdict(int)
-    lines, depth = [], 1
+    lines, depth, inlined = [], 1, {}
     prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
     for u in uops:
       if u.op is Ops.PARAM: self.names[u] = f"data{u.arg[0]}"; continue
@@ -1424,10 +1424,12 @@ class Renderer:
         continue
       text = string_rules.rewrite(u, self)
       if u.op is Ops.END: depth -= 1
+      nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
       if u.op in (Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER):
         lines.append("  " * depth + text)
-      elif u.op is Ops.CONST or (uses[u] == 1 and u.op is not Ops.LOAD) or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC):
-        self.names[u] = text
+      elif u.op is Ops.CONST or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC): self.names[u] = text
+      elif uses[u] == 1 and u.op is not Ops.LOAD and nest <= 16:  # inline, but shallow: compilers parse long chains
+        self.names[u], inlined[u] = text, nest                     # by recursion, and people read short lines
       else:
         prefix = prefixes.get(u.op, "alu")
         self.names[u] = f"{prefix}{counts[prefix]}"; counts[prefix] += 1
