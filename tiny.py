@@ -1170,11 +1170,14 @@ def to_gpu(sink:UOp) -> UOp:
     if not grp: return None
     (g,), rest = grp, tuple(r for r in u.src[1:] if r not in grp)
     partial = u.replace(src=(u.src[0],) + rest) if rest else u.src[0]
-    n = g.src[0].arg
-    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), (f"temp{g.arg[0]}", n))
+    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), (f"temp{g.arg[0]}", g.src[0].arg))
     barrier = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, partial))))
-    r = new_range(n, "reduce")
-    return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (barrier, r)), r), u.arg)
+    half = g.src[0].arg // 2
+    while half:  # a tree: the first half of the threads folds in the second half, log2(n) steps, each behind a barrier
+      live = g < half
+      pair = UOp(Ops.LOAD, u.dtype, (barrier, g)).alu(u.arg, UOp(Ops.LOAD, u.dtype, (barrier, g + half, live)))
+      barrier, half = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, pair, live)))), half // 2
+    return UOp(Ops.LOAD, u.dtype, (barrier, g.const_like(0)))
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
   sink = substitute(sink, special)
   def only_one(st:UOp) -> UOp:  # every thread holds the block's result; thread 0 writes it
