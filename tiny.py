@@ -357,6 +357,9 @@ symbolic = PatternMatcher([
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
   (xi + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),              # x+c0<c1 -> x<c1-c0
+  # a vector rebuilt from its own lanes is that vector
+  (UPat(Ops.VECTORIZE, name="u"), lambda u: u.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is u.src[0].src[0] and
+    s.arg == k for k, s in enumerate(u.src)) and u.src[0].src[0].dtype == u.dtype else None),
   # gates that bounds decided: a load always taken drops its gate, one never taken reads 0
   (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"), lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),
   (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"), lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),
@@ -1091,7 +1094,9 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
      _unit_stride(sink, glob[-1]):
     opts.append(Opt("upcast", glob[-1], 4))  # a tail past the end is safe only with no next row to run into
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
-    if len(opts) < 2 and r.src[0].arg % 4 == 0 and _reused(sink, r): opts.append(Opt("upcast", r, 4))
+    # on the CPU the contiguous axis takes 16: four float4s, a whole cache line of each row it reads
+    n = 16 if not dev.has_local and r is glob[-1] and r.src[0].arg % 16 == 0 and _unit_stride(sink, r) else 4
+    if len(opts) < 2 and r.src[0].arg % n == 0 and _reused(sink, r): opts.append(Opt("upcast", r, n))
   # a CPU sum unrolled by 16 keeps four float4 accumulators: four adds in flight, not one waiting on the last
   if red and (n := 16 if not dev.has_local and not opts and red[-1].src[0].arg % 16 == 0 else 4) and red[-1].src[0].arg % n == 0:
     opts.append(Opt("unroll", red[-1], n))
@@ -1234,14 +1239,29 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
   return substitute(sink, done)
 
 def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
-  """Four sums of the four lanes of one float4 are one float4 sum: one vector add a step (where the dialect has it)."""
-  lanes: dict[UOp, dict[int, UOp]] = defaultdict(dict)
+  """Four float sums that differ only in which lane of the same float4s they read are one float4 sum: one vector
+  multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
+  tile into float4 accumulators and a plain sum's unrolled lanes into one."""
+  alike: dict[UOp, list[UOp]] = defaultdict(list)  # the value with every lane index erased -> sums of that shape
   for u in us:
-    if u.arg is Ops.ADD and u.src[0].op is Ops.GEP: lanes[u.src[0].src[0]][u.src[0].arg] = u
-  whole = {vec: got for vec, got in lanes.items() if len(got) == vec.dtype.count}
-  summed = {u for got in whole.values() for u in got.values()}
-  return [(UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in got.items()]) for vec, got in whole.items()] + \
-         [(u, [(u, None)]) for u in us if u not in summed]
+    if u.arg is Ops.ADD and u.dtype == dtypes.float:
+      alike[substitute(u.src[0], {g: g.replace(arg=0) for g in u.src[0].toposort if g.op is Ops.GEP})].append(u)
+  out, merged = [], set()
+  for group in alike.values():
+    lanes = sorted(group, key=lambda u: tuple(g.arg for g in u.src[0].toposort if g.op is Ops.GEP))
+    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes])) is not None:
+      out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in enumerate(lanes)]))
+      merged.update(lanes)
+  return out + [(u, [(u, None)]) for u in us if u not in merged]
+
+def _as_vector(xs:list[UOp]) -> UOp|None:
+  """The float4 expression whose lane k is xs[k]: lanes of one vector stay that vector, a value every lane shares is
+  broadcast, and +, * and - apply lane by lane. None if the xs are not alike."""
+  if all(x.op is Ops.GEP and x.src[0] is xs[0].src[0] and x.arg == k for k, x in enumerate(xs)): return xs[0].src[0]
+  if all(x is xs[0] for x in xs): return UOp(Ops.VECTORIZE, xs[0].dtype.vec(4), (xs[0],) * 4)
+  if xs[0].op not in (Ops.ADD, Ops.MUL, Ops.NEG) or any(x.op is not xs[0].op for x in xs): return None
+  srcs = [_as_vector(list(lane)) for lane in zip(*[x.src for x in xs])]
+  return None if None in srcs else UOp(xs[0].op, xs[0].dtype.vec(4), tuple(srcs))
 
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them) become loops around the stores."""
@@ -1312,7 +1332,7 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   sink = expand(sink)
   sink = to_gpu(sink) if dev.has_local else substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",))
                                                               for r in ranges(sink, "thread")})
-  uops = linearize(add_loops(to_accumulators(vectorize(sink), dev.vector_alu)))
+  uops = linearize(add_loops(simplify(to_accumulators(vectorize(sink), dev.vector_alu))))
   def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
     ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
     dims = [u.src[0].arg for u in ids]
