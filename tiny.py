@@ -2,7 +2,7 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools, itertools, weakref, operator
+import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools, itertools, weakref, operator
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -37,7 +37,7 @@ class dtypes:
   float16 = half = DType(6, 2, "half", "e")
   float32 = float = DType(7, 4, "float", "f")
   all = (bool, int8, uint8, uint32, int32, int64, float16, float32)
-  by_fmt = {d.fmt: d for d in all} | {"l": int64, "h": int32, "H": int32, "L": int64, "c": uint8}
+  by_fmt = {d.fmt: d for d in all} | {"l": int64, "c": uint8}
   @staticmethod
   def is_float(d:DType) -> bool: return d.scalar in (dtypes.float16, dtypes.float32)
   @staticmethod
@@ -196,11 +196,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.CONST: return (self.arg, self.arg)
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.src[0].arg - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
+    limits = dtypes.limits(self.dtype) if dtypes.is_int(self.dtype) else (False, True) if self.dtype == dtypes.bool \
+      else (-math.inf, math.inf)
     if self.op in GroupOp.ALU and all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool)
                                       for s in self.src[-2:]):
-      if (b := _alu_bounds(self.op, *[s.bounds for s in self.src])) is not None: return b
-    if dtypes.is_int(self.dtype): return dtypes.limits(self.dtype)
-    return (False, True) if self.dtype == dtypes.bool else (-math.inf, math.inf)
+      b = _alu_bounds(self.op, *[s.bounds for s in self.src])
+      if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
+    return limits
   @property
   def vmin(self): return self.bounds[0]
   @property
@@ -398,6 +400,10 @@ def reshape_strides(shape, strides, new_shape) -> tuple[int, ...]|None:
     out.append(stride if n != 1 else 0)
   return tuple(reversed(out)) if not old else None
 
+def _window(lo:int, hi:int, size:int) -> tuple[int, int]:  # a mask's valid range, clipped; (0, 0) when empty
+  lo, hi = max(0, lo), min(hi, size)
+  return (lo, hi) if lo < hi else (0, 0)
+
 @dataclass(frozen=True)
 class View:
   shape: tuple[int, ...]
@@ -420,8 +426,9 @@ class View:
     return addr, valid
 
   def reshape(self, shape:tuple[int, ...]) -> View|None:
-    if self.mask is not None:  # a masked view only folds a reshape that adds or drops size-1 dims
+    if self.mask is not None:  # a masked view only folds a reshape that adds or drops size-1 dims (all valid ones)
       if [s for s in shape if s != 1] != [s for s in self.shape if s != 1]: return None
+      if any(m != (0, 1) for s, m in zip(self.shape, self.mask) if s == 1): return None
       real = iter([(m, st) for s, m, st in zip(self.shape, self.mask, self.strides) if s != 1])
       kept = [next(real) if s != 1 else ((0, 1), 0) for s in shape]
       return View(shape, tuple(st for _, st in kept), self.offset, tuple(m for m, _ in kept))
@@ -436,8 +443,7 @@ class View:
     return View(tuple(shape), tuple(st if s == n else 0 for st, s, n in zip(self.strides, self.shape, shape)),
                 self.offset, mask)
   def shrink(self, arg) -> View:
-    mask = None if self.mask is None else tuple((max(0, lo-b), max(0, min(hi-b, e-b))) for (lo, hi), (b, e) in
-                                                zip(self.mask, arg))
+    mask = None if self.mask is None else tuple(_window(lo-b, hi-b, e-b) for (lo, hi), (b, e) in zip(self.mask, arg))
     return View(tuple(e-b for b, e in arg), self.strides, self.offset + sum(b*st for (b, _), st in zip(arg, self.strides)),
                 mask)
   def pad(self, arg) -> View:
@@ -505,7 +511,7 @@ class Tensor:
   _seed, _counter = 0, 0
   def __init__(self, data, dtype:DType|str|None=None, device:str|None=None):
     dtype = None if dtype is None else dtypes.of(dtype)
-    self.device = device or Device.DEFAULT
+    self.device = Device.canonical(device)
     if isinstance(data, UOp): self.uop = data; return
     if isinstance(data, (bool, int, float)):
       self.uop = UOp.const(dtype or _dtype_of_scalar(data), data); return
@@ -514,7 +520,7 @@ class Tensor:
       dtype = dtype or (dtypes.float32 if any(isinstance(v, float) for v in vals) else dtypes.int32
                         if any(not isinstance(v, bool) for v in vals) else dtypes.bool if vals else dtypes.float32)
       try: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *vals)
-      except struct.error: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, dtypes.python(dtype)(v)) for v in vals])
+      except (struct.error, OverflowError): raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, dtypes.python(dtype)(v)) for v in vals])
       fmt = dtype
     else:
       try: mv = memoryview(data)
@@ -559,7 +565,7 @@ class Tensor:
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = Tensor._shape(shape), dtypes.of(dtype or dtypes.float)
-    buf = UOp(Ops.BUFFER, dtype, (), Buffer(device or Device.DEFAULT, prod(shape), dtype))
+    buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
     return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
   @staticmethod
   def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
@@ -608,6 +614,7 @@ class Tensor:
     return Tensor(v, dtype, self.device)
   def _broadcast(self, *others) -> list[Tensor]:
     ts = [self] + [self._const(o) for o in others]
+    if len({t.device for t in ts}) > 1: raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
     dtype = max((t.dtype for t in ts), key=lambda d: d.priority)
     return [t.cast(dtype)._expand_to(shape) for t in ts]
@@ -640,8 +647,8 @@ class Tensor:
   def __rmatmul__(self, x): return self._const(x).matmul(self)
   def __lt__(self, x): return self._alu(Ops.CMPLT, x)
   def __gt__(self, x): return self._const(x)._alu(Ops.CMPLT, self)
-  def __ge__(self, x): return (self < x).logical_not()
-  def __le__(self, x): return (self > x).logical_not()
+  def __ge__(self, x): return (self > x) | (self == x)  # not "not <": nan >= 1 is False
+  def __le__(self, x): return (self < x) | (self == x)
   def __eq__(self, x): return self._alu(Ops.CMPEQ, x)  # type: ignore[override]
   def __ne__(self, x): return self._alu(Ops.CMPNE, x)  # type: ignore[override]
   __hash__ = object.__hash__
@@ -655,8 +662,9 @@ class Tensor:
   def __rshift__(self, n:int): return self._bitop(Ops.SHR, n)
   def __lshift__(self, n:int): return self._bitop(Ops.SHL, n)
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, True)
+  def __invert__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._bitop(Ops.XOR, -1)
   def maximum(self, x) -> Tensor: return self._alu(Ops.MAX, x)
-  def minimum(self, x) -> Tensor: a, b = self._broadcast(x); return -((-a).maximum(-b)) if a.dtype != dtypes.bool else a & b
+  def minimum(self, x) -> Tensor: a, b = self._broadcast(x); return (a < b).where(a, b)
   def where(self, x, y) -> Tensor:
     cond, x, y = self.cast(dtypes.bool)._broadcast(x, y)
     x, y = x._broadcast(y)
@@ -677,7 +685,7 @@ class Tensor:
   def relu(self) -> Tensor: return self.maximum(0)
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
-  def abs(self) -> Tensor: return self.maximum(-self) if self.dtype != dtypes.bool else self
+  def abs(self) -> Tensor: return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
   def square(self) -> Tensor: return self * self
 
   # --- reductions
@@ -691,7 +699,9 @@ class Tensor:
   def _reduce(self, op:Ops, axis, keepdim:bool) -> Tensor:
     axes = self._axes(axis)
     size, kept = prod(self.shape[i] for i in axes), tuple(s for i, s in enumerate(self.shape) if i not in axes)
-    out = self._split_reduce(op, axes, size, kept) if size >= 2**15 and prod(kept) < 256 else self._reduce_axis(op, axes)
+    if size == 0: out = Tensor.full(kept, identity(op, self.dtype).arg, self.dtype, self.device)  # nothing to reduce
+    elif size >= 2**15 and prod(kept) < 256: out = self._split_reduce(op, axes, size, kept)
+    else: out = self._reduce_axis(op, axes)
     return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
@@ -708,14 +718,11 @@ class Tensor:
     x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim=False) -> Tensor:
-    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
-      top = dtypes.limits(self.dtype)[1] if self.dtype != dtypes.bool else True
-      return (top - self.cast(dtypes.int)).max(axis, keepdim).mul(-1).add(top).cast(self.dtype)
-    return -((-self).max(axis, keepdim))
+  def min(self, axis=None, keepdim=False) -> Tensor:  # ~x reverses the order of any int and never overflows, -x does
+    return -((-self).max(axis, keepdim)) if dtypes.is_float(self.dtype) else ~((~self).max(axis, keepdim))
   def mean(self, axis=None, keepdim=False) -> Tensor:
-    out = self._float().sum(axis, keepdim)
-    return out * (out.numel() / max(self.numel(), 1)) if self.numel() else out
+    count = prod(self.shape[i] for i in self._axes(axis))
+    return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
   def softmax(self, axis=-1) -> Tensor:
     e = (self._float() - self.max(axis, keepdim=True)).exp()
     return e / e.sum(axis, keepdim=True)
@@ -889,7 +896,7 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
-    for s in u.src: consumers[s].append(u)
+    for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
   outs = [u for u in dict.fromkeys(sink.src) if not _whole_buffer(u)]
   realize: set[UOp] = set(outs) | {u for u in order if u.op is Ops.CONTIGUOUS}
   has_reduce: dict[UOp, bool] = {}
@@ -1053,7 +1060,7 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.src[0].arg
   outer, inner = new_range(cdiv(n, opt.amount), opt.axis.arg[1]), new_range(opt.amount, opt.kind)
   # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
-  expr = inner * outer.src[0].arg + outer if opt.kind == "thread" else outer * opt.amount + inner
+  expr = inner * cdiv(n, opt.amount) + outer if opt.kind == "thread" else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
@@ -1123,12 +1130,14 @@ def thread_opts(sink:UOp, dev:Renderer) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
   glob = ranges(sink, "global")
-  work = prod(r.src[0].arg for r in ranges(sink))
-  return [Opt("thread", glob[0], dev.cores)] if glob and dev.cores > 1 and work >= 2**21 * dev.cores else []
+  if not glob or prod(r.src[0].arg for r in ranges(sink)) < 2**21 * dev.cores: return []
+  n = glob[0].src[0].arg  # whole chunks: a tail would gate every load of the loop
+  threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
+  return [Opt("thread", glob[0], threads)] if threads else []
 
 def optimize(sink:UOp, dev:Renderer) -> UOp:
   sink = merge_ranges(simplify(sink))
-  if getenv("NOOPT"): return sink
+  if getenv("NOOPT") or any(r.src[0].arg == 0 for r in ranges(sink)): return sink
   for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
   for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
   return sink
@@ -1351,13 +1360,12 @@ def _cost(ast:UOp) -> tuple[int, int]:
 def _fmt_const(v, d:DType, types:dict) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if dtypes.is_float(d):
-    if math.isnan(v): return "NAN"
-    if math.isinf(v): return "INFINITY" if v > 0 else "(-INFINITY)"
-    return f"{float(v)!r}f" if d == dtypes.float else f"({types[d]}){float(v)!r}f"
+    text = "NAN" if math.isnan(v) else ("INFINITY" if v > 0 else "(-INFINITY)") if math.isinf(v) else f"{float(v)!r}f"
+    return text if d == dtypes.float else f"({types[d]}){text}"
   return f"{v}u" if d == dtypes.uint32 else f"{v}ll" if d == dtypes.int64 else str(v)
 
 def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
-def _shift_ok(a:UOp, b:UOp) -> bool: return dtypes.is_int(a.dtype) and a.vmin >= 0 and _pow2(b)
+def _shift_ok(a:UOp, b:UOp) -> bool: return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b)
 
 code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
@@ -1367,6 +1375,9 @@ code_for_op: dict[Ops, Callable] = {
   Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
   Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
   Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
+
+def _narrow(ctx:Renderer, u:UOp, code:str) -> str:  # C computes char arithmetic in int: wrap it back, as the machine would
+  return f"(({ctx.types[u.dtype]}){code})" if dtypes.is_int(u.dtype) and u.dtype.itemsize < 4 else code
 
 def _load(ctx:Renderer, u:UOp) -> str:
   buf, addr = ctx[u.src[0]], ctx[u.src[1]]
@@ -1386,7 +1397,7 @@ string_rules = PatternMatcher([
   (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
-  (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: ctx.code_for_op[u.op](*[ctx[s] for s in u.src])),
+  (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), lambda ctx, u: f"({ctx.types[u.dtype]})({ctx[u.src[0]]})"),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: ctx.vector(u.dtype, [ctx[s] for s in u.src])),
@@ -1597,7 +1608,8 @@ class Emulator:
       elif u.op is Ops.ASSIGN: vals[u.src[0]] = src[1]
       elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC: vals[u] = src[0]
       elif u.op is Ops.LOAD:
-        if len(src) > 2 and not src[2]: vals[u] = 0.0 if u.dtype.count == 1 else (0.0,) * u.dtype.count
+        zero = dtypes.python(u.dtype.scalar)(0)
+        if len(src) > 2 and not src[2]: vals[u] = zero if u.dtype.count == 1 else (zero,) * u.dtype.count
         else:
           mem, offset, fmt = access(u, src[1], u.dtype.count)
           out = struct.unpack_from(fmt, mem, offset)
@@ -1644,21 +1656,22 @@ class Compiled:
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
-  renderers = {"CPU": Renderer, "CUDA": CUDARenderer, "METAL": MetalRenderer, "PYTHON": PythonRenderer}
+  kinds = {"CPU": (Renderer, CPURuntime), "PYTHON": (PythonRenderer, Emulator),
+           "CUDA": (CUDARenderer, lambda: importlib.import_module("cuda_rt").CUDADevice()),
+           "METAL": (MetalRenderer, lambda: importlib.import_module("metal_rt").MetalDevice())}
   def __init__(self): self.opened: dict[str, Compiled] = {}
-  def runtime(self, name:str):
-    if name == "CPU": return CPURuntime()
-    if name == "CUDA": import cuda_rt; return cuda_rt.CUDADevice()
-    if name == "METAL": import metal_rt; return metal_rt.MetalDevice()
-    raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.renderers)}")
+  def canonical(self, name:str|None) -> str:
+    name = (name or self.DEFAULT).upper()
+    if name not in self.kinds: raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.kinds)}")
+    return name
+  def renderer(self, name:str) -> Renderer:  # the opened device's, with its queried limits, else the dialect's defaults
+    return self.opened[name].renderer if name in self.opened else self.kinds[name][0]()
   def __getitem__(self, name:str) -> Compiled:
-    name = name.upper()
-    if name == "PYTHON" and name not in self.opened: self.opened[name] = Compiled(name, Emulator(), PythonRenderer())
+    name = self.canonical(name)
     if name not in self.opened:
-      rt = self.runtime(name)
-      renderer = self.renderers[name]()
-      renderer.local_max = getattr(rt, "local_max", renderer.local_max)
-      self.opened[name] = Compiled(name, rt, renderer)
+      renderer, runtime = self.kinds[name][0](), self.kinds[name][1]()
+      renderer.local_max = getattr(runtime, "local_max", renderer.local_max)
+      self.opened[name] = Compiled(name, runtime, renderer)
     return self.opened[name]
   @functools.cached_property
   def DEFAULT(self) -> str:
@@ -1698,14 +1711,16 @@ program_cache: dict[tuple[UOp, str], Program] = {}
 def to_program(ast:UOp, device:str) -> Program:
   key = (ast.key, device, getenv("NOOPT"))  # structural: the cache must not keep a graph's nodes (and buffers) alive
   if key not in program_cache:
-    dev = Device[device].renderer if device in Device.opened else Device.renderers[device]()
-    program_cache[key] = lower(ast, dev)
+    program_cache[key] = lower(ast, Device.renderer(device))
   return program_cache[key]
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
   total = 0.0
   for i, item in enumerate(items):
+    if all(b.size == 0 for b in item.bufs[:len(item.ast.src)]):  # nothing to compute, and a GPU can't launch 0 blocks
+      realized.update(item.outs)
+      continue
     device = item.bufs[0].device
     prog = to_program(item.ast, device)
     if DEBUG >= 4: print(prog.src)
@@ -1735,4 +1750,4 @@ class RawKernel:
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
   """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
-  return [to_program(item.ast, (device or tensors[0].device).upper()) for item in schedule(list(tensors))]
+  return [to_program(item.ast, Device.canonical(device or tensors[0].device)) for item in schedule(list(tensors))]
