@@ -406,6 +406,12 @@ def test_big_reductions_split_in_two_kernels(n):
   assert Tensor(x).max().item() == max(x) and Tensor(x).min().item() == min(x)
   assert_close(Tensor(x).sum().item(), math.fsum(x), rtol=1e-4)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_reductions_of_empty_tensors_give_the_identity(device):
+  assert Tensor.zeros(0, device=device).sum().tolist() == 0.0 and (Tensor.zeros(0, 3, device=device) + 1).tolist() == []
+  assert Tensor.zeros(3, 0, device=device).max(axis=1).tolist() == [-math.inf] * 3
+  assert math.isnan(Tensor.zeros(0, device=device).mean().item())
+
 def test_sum_of_bool_counts_true_values():
   x = rand_list((7, 33), 29)
   got = (Tensor(x) > 0).sum(axis=1)
@@ -524,6 +530,11 @@ def test_contiguous_and_clone_keep_values():
   c = t.clone()
   assert c is not t and c.tolist() == x
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_window_inside_padding_reads_only_the_pad_value(device):  # the mask is empty, not "everything valid"
+  x = Tensor([[1.0, 2.0]], device=device).pad(((1, 0), (0, 0))).shrink(((0, 1), (0, 2)))
+  assert x.reshape(2).tolist() == [0.0, 0.0] and x.expand(3, 2).tolist() == [[0.0, 0.0]] * 3
+
 def test_views_of_computed_values():
   x, y = rand_list((7, 3), 48), rand_list((2, 11), 49)
   got = ((Tensor(x) * 2).permute(1, 0)[1:, ::-2].pad(((0, 0), (3, 4))) + Tensor(y))
@@ -600,6 +611,23 @@ def test_uint8_arithmetic_wraps():
   got = Tensor(bytes([200, 10, 255])) + Tensor(bytes([100, 10, 1]))
   assert got.dtype == dtypes.uint8 and got.tolist() == [44, 20, 0]
   assert Tensor([300, -1, 255]).cast(dtypes.uint8).tolist() == [44, 255, 255]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_narrow_int_arithmetic_wraps_like_the_machine(device):
+  assert (Tensor([5, 0, 200], dtype=dtypes.uint8, device=device) - 1 < 10).tolist() == [True, False, False]
+  assert ((Tensor([100, -3], dtype=dtypes.int8, device=device) * 2) >> 1).tolist() == [-28, -3]
+
+def test_unsigned_and_extreme_ints_keep_their_order():
+  a, b = Tensor([0, 7, 200], dtype=dtypes.uint8), Tensor([5, 3, 100], dtype=dtypes.uint8)
+  assert a.minimum(b).tolist() == [0, 3, 100] and a.min().tolist() == 0 and a.abs().tolist() == [0, 7, 200]
+  assert Tensor([-2**31, 0, 5]).min().tolist() == -2**31 and Tensor([True, False]).min().tolist() is False
+
+def test_nan_is_neither_greater_nor_equal():
+  assert (Tensor([math.nan, 1.0, 2.0]) >= 1).tolist() == [False, True, True]
+  assert (Tensor([math.nan, 1.0, 0.5]) <= 1).tolist() == [False, True, True]
+
+def test_half_overflow_is_infinity():
+  assert Tensor([1e6, -1e6], dtype=dtypes.float16).tolist() == [math.inf, -math.inf]
 
 def test_int64_keeps_values_beyond_int32():
   t = Tensor([2**40, -2**40 + 3, 7], dtype=dtypes.int64) * 3
@@ -705,6 +733,14 @@ def test_threaded_cpu_kernel_writes_every_element():  # big enough to split acro
   a, b = Tensor.arange(n), Tensor.arange(n).flip(0)
   got = (a * 2 + b).tolist()
   assert got == [2 * i + (n - 1 - i) for i in range(n)]
+
+def test_a_reduce_read_twice_by_one_op_stays_in_its_kernel():
+  s = Tensor(rand_list((8, 16), 50)).sum(axis=1)
+  assert len(tiny.render(s * s)) == 1
+
+def test_threads_split_a_loop_shorter_than_the_cores():  # 2 rows of 2**22: the thread split must not break
+  x = Tensor.arange(2**22 * 2).reshape(2**22, 2).T + 1
+  assert x.shape == (2, 2**22) and x[1, -3:].tolist() == [2**23 - 4, 2**23 - 2, 2**23]
 
 def test_realized_tensor_is_read_not_recomputed():
   x = rand_list((7, 33), 66)
@@ -1044,6 +1080,11 @@ def test_raw_kernels_from_one_source_run_their_own_function():
   tiny.RawKernel("two", src, device="CPU")(out)
   assert out.tolist() == [2.0]
 
+def test_device_names_ignore_case_and_unknown_ones_are_named():
+  assert (Tensor([1.0], device="cpu") + 1).tolist() == [2.0]
+  with pytest.raises(ValueError, match="TPU"): Tensor([1.0], device="tpu")
+  with pytest.raises(ValueError, match="CPU and PYTHON"): Tensor([1.0]) + Tensor([1.0], device="PYTHON")
+
 def test_emulator_refuses_raw_kernels():
   with pytest.raises(ValueError, match="PYTHON"): tiny.RawKernel("k", "void k(float* a) {}", device="PYTHON")
 
@@ -1211,7 +1252,7 @@ def lowered_kernels() -> list[tuple]:
   """Every (kernel AST, NOOPT) lowered so far, after a few kernels of each kind (elementwise, reduce, shared memory,
   matmul, half) have been, so that the tests below check something when run alone."""
   a, b = Tensor.empty(7, 33), Tensor.empty(7, 33, dtype=dtypes.float16)
-  tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), device="CUDA")
+  tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), b.max(axis=1), device="CUDA")
   return list(LOWERED)
 
 def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
