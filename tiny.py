@@ -200,7 +200,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
       else (-math.inf, math.inf)
     if self.op in GroupOp.ALU and all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool)
                                       for s in self.src[-2:]):
-      b = _alu_bounds(self.op, *[s.bounds for s in self.src])
+      b = alu_bounds[self.op](*[s.bounds for s in self.src]) if self.op in alu_bounds else None
       if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
     return limits
   @property
@@ -208,20 +208,23 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def vmax(self): return self.bounds[1]
 
-def _alu_bounds(op:Ops, a, b=None, c=None):
-  if op is Ops.ADD: return (a[0]+b[0], a[1]+b[1])
-  if op is Ops.NEG: return (-a[1], -a[0])
-  if op is Ops.MUL: return (min(p := [x*y for x in a for y in b]), max(p))
-  if op is Ops.MAX: return (max(a[0], b[0]), max(a[1], b[1]))
-  if op in (Ops.IDIV, Ops.MOD) and b[0] == b[1] and b[0] > 0 and a[0] >= 0:
-    if op is Ops.IDIV: return (a[0]//b[0], a[1]//b[0])
-    return (a[0] % b[0], a[1] % b[0]) if a[0]//b[0] == a[1]//b[0] else (0, b[0]-1)
-  if op is Ops.CMPLT: return (a[1] < b[0], a[0] < b[1])
-  if op is Ops.CMPNE: return (a[1] < b[0] or b[1] < a[0], not (a[0] == a[1] == b[0] == b[1]))
-  if op is Ops.CMPEQ: return (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0]))
-  if op is Ops.AND and a[1] is not None and isinstance(a[0], bool): return (a[0] and b[0], a[1] and b[1])
-  if op is Ops.WHERE: return (min(b[0], c[0]), max(b[1], c[1])) if a[0] != a[1] else (b if a[0] else c)
-  return None
+def _product_bounds(a, b):
+  products = [x * y for x in a for y in b]
+  return (min(products), max(products))
+def _by_positive_const(a, b) -> bool: return b[0] == b[1] and b[0] > 0 and a[0] >= 0  # where // and % are exact
+
+# the range of each op's result from its sources' ranges (lo, hi); None where it can't be said
+alu_bounds: dict[Ops, Callable] = {
+  Ops.ADD: lambda a, b: (a[0] + b[0], a[1] + b[1]), Ops.NEG: lambda a: (-a[1], -a[0]), Ops.MUL: _product_bounds,
+  Ops.MAX: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+  Ops.IDIV: lambda a, b: (a[0] // b[0], a[1] // b[0]) if _by_positive_const(a, b) else None,
+  Ops.MOD: lambda a, b: (((a[0] % b[0], a[1] % b[0]) if a[0] // b[0] == a[1] // b[0] else (0, b[0] - 1))
+                         if _by_positive_const(a, b) else None),
+  Ops.CMPLT: lambda a, b: (a[1] < b[0], a[0] < b[1]),
+  Ops.CMPNE: lambda a, b: (a[1] < b[0] or b[1] < a[0], not a[0] == a[1] == b[0] == b[1]),
+  Ops.CMPEQ: lambda a, b: (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0])),
+  Ops.AND: lambda a, b: (a[0] and b[0], a[1] and b[1]) if isinstance(a[0], bool) else None,
+  Ops.WHERE: lambda c, a, b: (min(a[0], b[0]), max(a[1], b[1])) if c[0] != c[1] else (a if c[0] else b)}
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Pattern matcher: every transformation that can be a rule is one. A rule is (UPat, fn(**captures) -> UOp | None).
@@ -264,7 +267,8 @@ class PatternMatcher:
   def rewrite(self, u:UOp, ctx=None) -> UOp|None:
     for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
       for captures in pat.match(u, {}):
-        if (out := fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)) is not None and out is not u: return out
+        out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
+        if out is not None and out is not u: return out
     return None
 
 def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
@@ -960,12 +964,12 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   stack = [root]
   while stack:
     u = stack[-1]
-    if u in ctx.memo: stack.pop()
-    elif (buf := ctx.input(u)) is not None:
-      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
-    elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # a buffer is its own contiguous base
-      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
-    elif todo := [s for s in u.src if s not in ctx.memo]: stack.extend(todo)
+    if u in ctx.memo: stack.pop(); continue
+    buf, viewed = ctx.input(u), ctx.input(u.src[0]) if u.op is Ops.VIEW else None
+    todo = [s for s in u.src if s not in ctx.memo]
+    if buf is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
+    elif viewed is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(viewed),), u.arg)  # a buffer is its own base
+    elif todo: stack.extend(todo)
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
 
@@ -975,8 +979,9 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
 
 KINDS = ("thread", "global", "local", "group", "reduce", "upcast", "unroll")  # the order axes appear in a kernel's name
 
-def new_range(size:int, kind:str, ids=itertools.count()) -> UOp:
-  return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(ids), kind)) if size != 1 else UOp.const(dtypes.int, 0)
+range_ids = itertools.count()  # every range of the process has its own number: ranges of different kernels never merge
+def new_range(size:int, kind:str) -> UOp:
+  return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(range_ids), kind)) if size != 1 else UOp.const(dtypes.int, 0)
 
 def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
   return [(addr // st) % s if s != 1 else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
@@ -1040,10 +1045,14 @@ def merge_ranges(sink:UOp) -> UOp:
   """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
   rs = ranges(sink, "global")
   for a, b in reversed(list(zip(rs, rs[1:]))):
-    r = new_range(a.src[0].arg * b.src[0].arg, "global")
-    merged = simplify(substitute(sink, {a: r // b.src[0].arg, b: r % b.src[0].arg}))
+    merged = merge(sink, a, b)
     if count_divmod(merged) <= count_divmod(sink): sink = merged
   return sink
+
+def merge(sink:UOp, a:UOp, b:UOp) -> UOp:
+  """Ranges a (outer) and b (inner) as one range r: a = r // |b|, b = r % |b|."""
+  r = new_range(a.src[0].arg * b.src[0].arg, a.arg[1])
+  return simplify(substitute(sink, {a: r // b.src[0].arg, b: r % b.src[0].arg}))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Kernel opts: each one splits a range r of size n into outer*amount + inner, where inner is a new range of the opt's
@@ -1104,9 +1113,10 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
     # on the CPU the contiguous axis takes 16: four float4s, a whole cache line of each row it reads
     n = 16 if not dev.has_local and r is glob[-1] and r.src[0].arg % 16 == 0 and _unit_stride(sink, r) else 4
     if len(opts) < 2 and r.src[0].arg % n == 0 and _reused(sink, r): opts.append(Opt("upcast", r, n))
-  # a CPU sum unrolled by 16 keeps four float4 accumulators: four adds in flight, not one waiting on the last
-  if red and (n := 16 if not dev.has_local and not opts and red[-1].src[0].arg % 16 == 0 else 4) and red[-1].src[0].arg % n == 0:
-    opts.append(Opt("unroll", red[-1], n))
+  if red:  # a CPU sum unrolled by 16 keeps four float4 accumulators: four adds in flight, not one waiting on the last
+    size = red[-1].src[0].arg
+    amount = 16 if not dev.has_local and not opts and size % 16 == 0 else 4
+    if size % amount == 0: opts.append(Opt("unroll", red[-1], amount))
   return opts
 
 def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
@@ -1170,9 +1180,7 @@ def to_gpu(sink:UOp) -> UOp:
   barrier every thread combines the block's partials; one thread stores the result."""
   glob = ranges(sink, "global")
   while len(glob) > 3 or any(r.src[0].arg > 65535 for r in glob[1:]):  # a grid has 3 dims, y and z of at most 65535
-    a, b = glob[0], glob[1]
-    r = new_range(a.src[0].arg * b.src[0].arg, "global")
-    sink = simplify(substitute(sink, {a: r // b.src[0].arg, b: r % b.src[0].arg}))
+    sink = merge(sink, glob[0], glob[1])
     glob = ranges(sink, "global")
   special = {}
   for kind, prefix in (("global", "gidx"), ("local", "lidx"), ("group", "lidx")):
@@ -1309,14 +1317,15 @@ def linearize(sink:UOp) -> list[UOp]:
       if waiting[c] == 0: ready.append(c)
     ready.sort(key=pos.__getitem__)
   while len(out) < len(order) - 1:
-    if (u := next((u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and need[u] == stack), None)) is not None:
-      emit(u)
-    elif stack and (u := next((u for u in ready if u.op is Ops.END and u.src[0] is stack[-1]), None)) is not None:
-      emit(u); stack.pop()
-    else:
-      u = next(u for u in order if u not in done and u.op is not Ops.RANGE and need[u][:len(stack)] == stack and
-               len(need[u]) > len(stack))
-      emit(need[u][len(stack)]); stack.append(need[u][len(stack)])
+    here = [u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and need[u] == stack]
+    closing = [u for u in ready if u.op is Ops.END and stack and u.src[0] is stack[-1]]
+    if here: emit(here[0])                         # work that belongs in the loops open now
+    elif closing: emit(closing[0]); stack.pop()    # this loop is done: close it
+    else:                                          # open the next loop some waiting node needs
+      deeper = next(u for u in order if u not in done and u.op is not Ops.RANGE and need[u][:len(stack)] == stack and
+                    len(need[u]) > len(stack))
+      stack.append(need[deeper][len(stack)])
+      emit(stack[-1])
   return out
 
 @dataclass(frozen=True)
@@ -1578,51 +1587,63 @@ class Emulator:
       start = time.perf_counter()
       for gid in itertools.product(*[range(n) for n in global_size]):
         local = {u: bytearray(b"\xff" * u.arg[1] * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
-        threads = [self.thread(prog, bufs, local, gid, lid) for lid in itertools.product(*[range(n) for n in local_size])]
+        threads = [run_thread(Thread(prog, bufs, local, gid, lid)) for lid in itertools.product(*[range(n) for n in local_size])]
         while threads: threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
       return time.perf_counter() - start
     return run
 
-  def thread(self, prog:Program, bufs:tuple, local:dict, gid:tuple, lid:tuple):
-    uops, vals, pc = prog.uops, {}, 0
-    start = {u: i for i, u in enumerate(uops) if u.op is Ops.RANGE}
-    def memory(u:UOp) -> bytearray:
-      if u.op is Ops.BARRIER: u = u.src[0]
-      return local[u] if u.op is Ops.DEFINE_LOCAL else bufs[u.arg[0]]
-    def access(u:UOp, addr:int, n:int) -> tuple[bytearray, int, str]:
-      mem, base = memory(u.src[0]), u.src[0].dtype
-      size = len(mem) // base.itemsize
-      if not 0 <= addr <= size - n: raise IndexError(f"{prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-      return mem, addr * base.itemsize, f"{n}{base.fmt}"
-    while pc < len(uops):
-      u = uops[pc]
-      src = [vals.get(s) for s in u.src]
-      if u.op is Ops.END:
-        vals[u.src[0]] += 1
-        if vals[u.src[0]] < u.src[0].src[0].arg: pc = start[u.src[0]] + 1; continue
-      elif u.op is Ops.BARRIER: yield
-      elif u.op is Ops.RANGE: vals[u] = 0
-      elif u.op is Ops.SPECIAL: vals[u] = (gid if u.arg[0][0] == "g" else lid)[int(u.arg[0][4:])]
-      elif u.op is Ops.CONST: vals[u] = u.arg
-      elif u.op is Ops.DEFINE_ACC: vals[u] = src[0]
-      elif u.op is Ops.ASSIGN: vals[u.src[0]] = src[1]
-      elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC: vals[u] = src[0]
-      elif u.op is Ops.LOAD:
-        zero = dtypes.python(u.dtype.scalar)(0)
-        if len(src) > 2 and not src[2]: vals[u] = zero if u.dtype.count == 1 else (zero,) * u.dtype.count
-        else:
-          mem, offset, fmt = access(u, src[1], u.dtype.count)
-          out = struct.unpack_from(fmt, mem, offset)
-          vals[u] = out[0] if u.dtype.count == 1 else out
-      elif u.op is Ops.STORE:
-        if len(src) < 4 or src[3]:
-          mem, offset, fmt = access(u, src[1], u.src[2].dtype.count)
-          struct.pack_into(fmt, mem, offset, *(src[2] if u.src[2].dtype.count > 1 else [src[2]]))
-      elif u.op is Ops.GEP: vals[u] = src[0][u.arg]
-      elif u.op is Ops.VECTORIZE: vals[u] = tuple(src)
-      elif u.op is Ops.CAST: vals[u] = _convert(u.dtype, src[0])
-      elif u.op in GroupOp.ALU: vals[u] = exec_alu(u.op, u.dtype, src)
-      pc += 1
+@dataclass
+class Thread:
+  """One thread of the emulator: its ids, the kernel's buffers and its block's shared memory."""
+  prog: Program
+  bufs: tuple
+  local: dict
+  gid: tuple
+  lid: tuple
+  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, int, str]:
+    """Where a load or store goes, bounds-checked: an access outside its buffer is a lowering bug, caught here."""
+    buf = u.src[0].src[0] if u.src[0].op is Ops.BARRIER else u.src[0]  # shared memory read after a barrier
+    mem = self.local[buf] if buf.op is Ops.DEFINE_LOCAL else self.bufs[buf.arg[0]]
+    size = len(mem) // buf.dtype.itemsize
+    if not 0 <= addr <= size - lanes:
+      raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
+    return mem, addr * buf.dtype.itemsize, f"{lanes}{buf.dtype.fmt}"
+  def load(self, u:UOp, src:list):
+    if u.src[0].op is Ops.DEFINE_ACC: return src[0]
+    if len(src) > 2 and not src[2]:  # a gated-off load reads 0
+      zero = dtypes.python(u.dtype.scalar)(0)
+      return zero if u.dtype.count == 1 else (zero,) * u.dtype.count
+    mem, offset, fmt = self.access(u, src[1], u.dtype.count)
+    out = struct.unpack_from(fmt, mem, offset)
+    return out[0] if u.dtype.count == 1 else out
+  def store(self, u:UOp, src:list):
+    if len(src) > 3 and not src[3]: return
+    mem, offset, fmt = self.access(u, src[1], u.src[2].dtype.count)
+    struct.pack_into(fmt, mem, offset, *(src[2] if u.src[2].dtype.count > 1 else [src[2]]))
+
+# what each op computes in an emulated thread: with exec_alu, this table is the emulator's whole semantics
+emulated: dict[Ops, Callable[[Thread, UOp, list], Any]] = {
+  Ops.RANGE: lambda t, u, src: 0, Ops.CONST: lambda t, u, src: u.arg, Ops.DEFINE_ACC: lambda t, u, src: src[0],
+  Ops.SPECIAL: lambda t, u, src: (t.gid if u.arg[0][0] == "g" else t.lid)[int(u.arg[0][4:])],
+  Ops.LOAD: Thread.load, Ops.GEP: lambda t, u, src: src[0][u.arg], Ops.VECTORIZE: lambda t, u, src: tuple(src),
+  Ops.CAST: lambda t, u, src: _convert(u.dtype, src[0]),
+  **{op: lambda t, u, src: exec_alu(u.op, u.dtype, src) for op in GroupOp.ALU}}
+
+def run_thread(t:Thread):
+  """Step through the linear UOps: loops jump back at END, a barrier yields to the block's other threads."""
+  uops, vals, pc = t.prog.uops, {}, 0
+  start = {u: i for i, u in enumerate(uops) if u.op is Ops.RANGE}
+  while pc < len(uops):
+    u = uops[pc]
+    src = [vals.get(s) for s in u.src]
+    if u.op is Ops.END:
+      vals[u.src[0]] += 1
+      if vals[u.src[0]] < u.src[0].src[0].arg: pc = start[u.src[0]] + 1; continue
+    elif u.op is Ops.BARRIER: yield
+    elif u.op is Ops.STORE: t.store(u, src)
+    elif u.op is Ops.ASSIGN: vals[u.src[0]] = src[1]
+    elif u.op in emulated: vals[u] = emulated[u.op](t, u, src)
+    pc += 1
 
 class Compiled:
   def __init__(self, name:str, runtime, renderer:Renderer):
