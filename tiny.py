@@ -2,7 +2,8 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools, itertools, weakref, operator
+import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
+import itertools, weakref, operator
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -103,9 +104,11 @@ python_alu: dict[Ops, Callable] = {
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
   Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b else a,
-  Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0, Ops.MOD: lambda a, b: a - b*_trunc_div(a, b) if b != 0 else 0,
+  Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0,
+  Ops.MOD: lambda a, b: a - b*_trunc_div(a, b) if b != 0 else 0,
   Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
-  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: operator.lshift, Ops.SHR: operator.rshift,
+  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
+  Ops.SHL: operator.lshift, Ops.SHR: operator.rshift,
   Ops.WHERE: lambda c, a, b: a if c else b}
 
 def exec_alu(op:Ops, dtype:DType, srcs:Sequence) -> Any: return truncate(dtype, python_alu[op](*srcs))
@@ -135,7 +138,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality."""
   def __init__(self, op:Ops, dtype:DType|None, src:tuple[UOp, ...], arg:Any):
     self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
-  def __repr__(self): return f"UOp({self.op}, {self.dtype}, arg={self.arg!r}, src=({', '.join(str(s.op) for s in self.src)}))"
+  def __repr__(self):
+    return f"UOp({self.op}, {self.dtype}, arg={self.arg!r}, src=({', '.join(str(s.op) for s in self.src)}))"
   def replace(self, **kw) -> UOp:
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
   @staticmethod
@@ -181,7 +185,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for u in self._sources:  # sources first, so a long chain doesn't recurse
       if "key" not in u.__dict__: u.__dict__["key"] = u._key()
     return self._key()
-  def _key(self) -> tuple: return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
+  def _key(self) -> tuple:
+    return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
   def const_factor(self) -> int:
     """The largest integer this int expression is provably a multiple of."""
@@ -367,8 +372,10 @@ symbolic = PatternMatcher([
   (UPat(Ops.VECTORIZE, name="u"), lambda u: u.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is u.src[0].src[0] and
     s.arg == k for k, s in enumerate(u.src)) and u.src[0].src[0].dtype == u.dtype else None),
   # gates that bounds decided: a load always taken drops its gate, one never taken reads 0
-  (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"), lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),
-  (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"), lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),
+  (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"),
+    lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),
+  (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"),
+    lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),
   (c0 < xi + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),
 ])
 
@@ -417,7 +424,8 @@ class View:
   @staticmethod
   def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
   @property
-  def is_contiguous(self) -> bool: return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
+  def is_contiguous(self) -> bool:
+    return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
 
   def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
     addr = UOp.const(dtypes.int, self.offset)
@@ -448,8 +456,8 @@ class View:
                 self.offset, mask)
   def shrink(self, arg) -> View:
     mask = None if self.mask is None else tuple(_window(lo-b, hi-b, e-b) for (lo, hi), (b, e) in zip(self.mask, arg))
-    return View(tuple(e-b for b, e in arg), self.strides, self.offset + sum(b*st for (b, _), st in zip(arg, self.strides)),
-                mask)
+    return View(tuple(e-b for b, e in arg), self.strides,
+                self.offset + sum(b*st for (b, _), st in zip(arg, self.strides)), mask)
   def pad(self, arg) -> View:
     mask = tuple((lo+b, hi+b) for (lo, hi), (b, _) in zip(self.mask or [(0, s) for s in self.shape], arg))
     return View(tuple(s+b+a for s, (b, a) in zip(self.shape, arg)), self.strides,
@@ -458,7 +466,8 @@ class View:
     mask = None if self.mask is None else tuple((s-hi, s-lo) if i in axes else (lo, hi)
                                                 for i, (s, (lo, hi)) in enumerate(zip(self.shape, self.mask)))
     return View(self.shape, tuple(-st if i in axes else st for i, st in enumerate(self.strides)),
-                self.offset + sum((s-1)*st for i, (s, st) in enumerate(zip(self.shape, self.strides)) if i in axes), mask)
+                self.offset + sum((s-1)*st for i, (s, st) in enumerate(zip(self.shape, self.strides)) if i in axes),
+                mask)
 
 @dataclass(frozen=True)
 class ShapeTracker:
@@ -477,7 +486,8 @@ class ShapeTracker:
       addr, inner = view.index(idxs)
       valid = inner if valid is None else valid if inner is None else valid & inner
     return addr, valid
-  def _apply(self, fn, *arg) -> ShapeTracker: return ShapeTracker(self.views[:-1] + (getattr(self.views[-1], fn)(*arg),))
+  def _apply(self, fn, *arg) -> ShapeTracker:
+    return ShapeTracker(self.views[:-1] + (getattr(self.views[-1], fn)(*arg),))
   def reshape(self, shape) -> ShapeTracker:
     if (view := self.views[-1].reshape(tuple(shape))) is not None: return ShapeTracker(self.views[:-1] + (view,))
     return ShapeTracker(self.views + (View.contiguous(shape),))
@@ -495,7 +505,8 @@ def _flatten(data) -> tuple[list, tuple[int, ...]]:
   if not isinstance(data, (list, tuple)): return [data], ()
   if not any(isinstance(d, (list, tuple)) for d in data): return list(data), (len(data),)
   parts = [_flatten(d) for d in data]
-  if any(shape != parts[0][1] for _, shape in parts): raise ValueError(f"ragged nested list: can't make a tensor of {data!r}")
+  if any(shape != parts[0][1] for _, shape in parts):
+    raise ValueError(f"ragged nested list: can't make a tensor of {data!r}")
   return [v for vals, _ in parts for v in vals], (len(data),) + parts[0][1]
 
 def _dtype_of_scalar(v) -> DType:
@@ -524,14 +535,16 @@ class Tensor:
       dtype = dtype or (dtypes.float32 if any(isinstance(v, float) for v in vals) else dtypes.int32
                         if any(not isinstance(v, bool) for v in vals) else dtypes.bool if vals else dtypes.float32)
       try: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *vals)
-      except (struct.error, OverflowError): raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, dtypes.python(dtype)(v)) for v in vals])
+      except (struct.error, OverflowError):
+        raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, dtypes.python(dtype)(v)) for v in vals])
       fmt = dtype
     else:
       try: mv = memoryview(data)
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
       fmt = mv.format.lstrip("@=<")
       if fmt not in dtypes.by_fmt:
-        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype (tiny has {', '.join(d.name for d in dtypes.all)}); "
+        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype "
+                        f"(tiny has {', '.join(d.name for d in dtypes.all)}); "
                         "convert it first, e.g. numpy's .astype('float32')")
       shape, fmt = mv.shape or (), dtypes.by_fmt[fmt]
       if fmt.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
@@ -557,15 +570,18 @@ class Tensor:
 
   # --- creation
   @staticmethod
-  def _shape(shape) -> tuple[int, ...]: return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+  def _shape(shape) -> tuple[int, ...]:
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
   @staticmethod
   def full(shape, value, dtype=None, device=None) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @staticmethod
-  def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._shape(shape), 0.0, dtype or dtypes.float, device)
+  def zeros(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.full(Tensor._shape(shape), 0.0, dtype or dtypes.float, device)
   @staticmethod
-  def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._shape(shape), 1.0, dtype or dtypes.float, device)
+  def ones(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.full(Tensor._shape(shape), 1.0, dtype or dtypes.float, device)
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = Tensor._shape(shape), dtypes.of(dtype or dtypes.float)
@@ -581,7 +597,8 @@ class Tensor:
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
     rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
     return (rows == cols).cast(dtype or dtypes.float)
-  def full_like(self, value, dtype=None) -> Tensor: return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
+  def full_like(self, value, dtype=None) -> Tensor:
+    return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
   def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
   def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
 
@@ -613,17 +630,19 @@ class Tensor:
   def _const(self, v) -> Tensor:
     if isinstance(v, Tensor): return v
     if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
-    dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) or (isinstance(v, int) and self.dtype != dtypes.bool) \
-      else _dtype_of_scalar(v)
+    dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) \
+      or (isinstance(v, int) and self.dtype != dtypes.bool) else _dtype_of_scalar(v)
     return Tensor(v, dtype, self.device)
   def _broadcast(self, *others) -> list[Tensor]:
     ts = [self] + [self._const(o) for o in others]
-    if len({t.device for t in ts}) > 1: raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
+    if len({t.device for t in ts}) > 1:
+      raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
     dtype = max((t.dtype for t in ts), key=lambda d: d.priority)
     return [t.cast(dtype)._expand_to(shape) for t in ts]
   def _expand_to(self, shape) -> Tensor:
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) else self
+    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
+      else self
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
     return Tensor(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]), device=self.device)
@@ -636,7 +655,8 @@ class Tensor:
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
   def sub(self, x) -> Tensor: a, b = self._broadcast(x); return a + (-b)
   def div(self, x) -> Tensor: a, b = self._broadcast(x); return a._float() * b._float().reciprocal()
-  def neg(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else Tensor(self.uop.alu(Ops.NEG), device=self.device)
+  def neg(self) -> Tensor:
+    return self.logical_not() if self.dtype == dtypes.bool else Tensor(self.uop.alu(Ops.NEG), device=self.device)
   def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)
   def __add__(self, x): return self.add(x)
   def __radd__(self, x): return self._const(x).add(self)
@@ -689,7 +709,8 @@ class Tensor:
   def relu(self) -> Tensor: return self.maximum(0)
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
-  def abs(self) -> Tensor: return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
+  def abs(self) -> Tensor:
+    return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
   def square(self) -> Tensor: return self * self
 
   # --- reductions
@@ -698,7 +719,8 @@ class Tensor:
     return tuple(sorted({self._dim(a) for a in axes}))
   def _dim(self, d:int, extra:int=0) -> int:
     n = self.ndim + extra
-    if not -max(n, 1) <= d < max(n, 1): raise IndexError(f"dimension {d} is out of range for a tensor of shape {self.shape}")
+    if not -max(n, 1) <= d < max(n, 1):
+      raise IndexError(f"dimension {d} is out of range for a tensor of shape {self.shape}")
     return d % n if n else 0
   def _reduce(self, op:Ops, axis, keepdim:bool) -> Tensor:
     axes = self._axes(axis)
@@ -711,8 +733,8 @@ class Tensor:
     return Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
   def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
     """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
-    contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be one block of
-    threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
+    contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be
+    one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
     x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
     parts = next((p for p in range(256, 63, -1) if size % (16 * p) == 0), 256)
     x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, self.dtype).arg)
@@ -892,7 +914,8 @@ realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # computed no
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
-def _expands(st:ShapeTracker) -> bool: return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
+def _expands(st:ShapeTracker) -> bool:
+  return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
@@ -921,7 +944,7 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   groups: list[list[UOp]] = []
   for r in reads:
     deps = _deps(r, reads)
-    fits = lambda g: not any(has_reduce[o] or o.shape != r.shape or o in deps or o.op is Ops.CONTIGUOUS for o in g)  # noqa: E731
+    def fits(g): return not any(has_reduce[o] or o.shape != r.shape or o in deps or o.op is Ops.CONTIGUOUS for o in g)
     group = None if has_reduce[r] or r.op is Ops.CONTIGUOUS else next((g for g in groups if fits(g)), None)
     if group is None: groups.append([r])
     else: group.append(r)
@@ -944,7 +967,8 @@ def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
   for o in outs: ctx.param(views[o].src[0].arg)
-  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), (i, prod(o.shape))), to_ast(o, ctx))) for i, o in enumerate(outs))
+  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), (i, prod(o.shape))), to_ast(o, ctx)))
+                 for i, o in enumerate(outs))
   return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs})
 
 @dataclass
@@ -968,7 +992,8 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
     buf, viewed = ctx.input(u), ctx.input(u.src[0]) if u.op is Ops.VIEW else None
     todo = [s for s in u.src if s not in ctx.memo]
     if buf is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
-    elif viewed is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(viewed),), u.arg)  # a buffer is its own base
+    # a buffer is its own base
+    elif viewed is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(viewed),), u.arg)
     elif todo: stack.extend(todo)
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
@@ -981,7 +1006,8 @@ KINDS = ("thread", "global", "local", "group", "reduce", "upcast", "unroll")  # 
 
 range_ids = itertools.count()  # every range of the process has its own number: ranges of different kernels never merge
 def new_range(size:int, kind:str) -> UOp:
-  return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(range_ids), kind)) if size != 1 else UOp.const(dtypes.int, 0)
+  return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(range_ids), kind)) if size != 1 \
+    else UOp.const(dtypes.int, 0)
 
 def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
   return [(addr // st) % s if s != 1 else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
@@ -989,7 +1015,8 @@ def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
 def identity(op:Ops, dtype:DType) -> UOp:
   if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (identity(op, dtype.scalar),) * dtype.count)
   if op is Ops.ADD: return UOp.const(dtype, 0)
-  return UOp.const(dtype, -math.inf if dtypes.is_float(dtype) else False if dtype == dtypes.bool else dtypes.limits(dtype)[0])
+  return UOp.const(dtype, -math.inf if dtypes.is_float(dtype) else False if dtype == dtypes.bool
+                   else dtypes.limits(dtype)[0])
 
 def rangeify(ast:UOp) -> UOp:
   shape, memo = ast.src[0].src[1].shape, {}
@@ -1203,7 +1230,8 @@ def to_gpu(sink:UOp) -> UOp:
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
   sink = substitute(sink, special)
   def only_one(st:UOp) -> UOp:  # every thread holds the block's result; thread 0 writes it
-    idle = [s for s in st.src[2].toposort if s.op is Ops.SPECIAL and s.arg[0].startswith("lidx") and s not in st.src[1].toposort]
+    idle = [s for s in st.src[2].toposort
+            if s.op is Ops.SPECIAL and s.arg[0].startswith("lidx") and s not in st.src[1].toposort]
     if not idle: return st
     g = functools.reduce(operator.and_, [s.alu(Ops.CMPEQ, s.const_like(0)) for s in idle])
     return st.replace(src=st.src[:3] + ((st.src[3] & g if len(st.src) > 3 else g),))
@@ -1214,7 +1242,8 @@ def vectorize(sink:UOp) -> UOp:
   16-byte access: each thread issues one load instruction instead of four."""
   def split(u:UOp) -> tuple:
     addr = u.src[1]
-    c = addr.src[1].arg if addr.op is Ops.ADD and addr.src[1].op is Ops.CONST else addr.arg if addr.op is Ops.CONST else 0
+    c = addr.src[1].arg if addr.op is Ops.ADD and addr.src[1].op is Ops.CONST \
+      else addr.arg if addr.op is Ops.CONST else 0
     base = simplify(addr + (c - c % 4 - c))
     return (u.src[0], base, u.src[2 if u.op is Ops.LOAD else 3:]), c % 4
   def groups(us:list[UOp]) -> dict:
@@ -1246,9 +1275,11 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg[0]))].append(u)
   for rs, us in groups.items():
     work = _vector_sums(us, rs) if vector_alu else [(u, [(u, None)]) for u in us]
-    accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i) for i, (r, _) in enumerate(work)]
+    accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
+            for i, (r, _) in enumerate(work)]
     # the ranges ride along as sources: the update runs in the loop even when the value doesn't depend on it
-    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, a.alu(r.arg, substitute(r.src[0], done))) + rs) for a, (r, _) in zip(accs, work))
+    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, a.alu(r.arg, substitute(r.src[0], done))) + rs)
+                 for a, (r, _) in zip(accs, work))
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     for a, (_, outs) in zip(accs, work):
       total = UOp(Ops.LOAD, a.dtype, (a, body[0]))
@@ -1300,7 +1331,8 @@ def linearize(sink:UOp) -> list[UOp]:
     return out + (loops if r.arg[1] != "global" else [])
   scope: dict[UOp, frozenset] = {}
   for u in order:
-    inner = frozenset().union(*[scope[s] for s in u.src]) | (frozenset(enclosing(u)) if u.op is Ops.RANGE else frozenset())
+    inner = frozenset().union(*[scope[s] for s in u.src]) | \
+      (frozenset(enclosing(u)) if u.op is Ops.RANGE else frozenset())
     scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
   depth = {r: (r.arg[1] != "global", len(enclosing(r)), r.arg[0]) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
@@ -1359,7 +1391,8 @@ def lower(ast:UOp, dev:Renderer) -> Program:
 
 def _cost(ast:UOp) -> tuple[int, int]:
   nodes = ast.toposort
-  flops = sum(prod(u.src[0].shape if u.op is Ops.REDUCE_AXIS else u.shape) for u in nodes if u.op in GroupOp.ALU | {Ops.REDUCE_AXIS})
+  flops = sum(prod(u.src[0].shape if u.op is Ops.REDUCE_AXIS else u.shape)
+              for u in nodes if u.op in GroupOp.ALU | {Ops.REDUCE_AXIS})
   return flops, sum(u.arg[1] * u.dtype.itemsize for u in nodes if u.op is Ops.PARAM)
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1374,18 +1407,21 @@ def _fmt_const(v, d:DType, types:dict) -> str:
   return f"{v}u" if d == dtypes.uint32 else f"{v}ll" if d == dtypes.int64 else str(v)
 
 def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
-def _shift_ok(a:UOp, b:UOp) -> bool: return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b)
+def _shift_ok(a:UOp, b:UOp) -> bool:
+  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b)
 
 code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
   Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
   Ops.ADD: lambda a, b: f"({a}+{b})", Ops.MUL: lambda a, b: f"({a}*{b})", Ops.IDIV: lambda a, b: f"({a}/{b})",
-  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})", Ops.CMPLT: lambda a, b: f"({a}<{b})",
+  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})",
+  Ops.CMPLT: lambda a, b: f"({a}<{b})",
   Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
   Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
   Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
 
-def _narrow(ctx:Renderer, u:UOp, code:str) -> str:  # C computes char arithmetic in int: wrap it back, as the machine would
+# C computes char arithmetic in int: wrap it back, as the machine would
+def _narrow(ctx:Renderer, u:UOp, code:str) -> str:
   return f"(({ctx.types[u.dtype]}){code})" if dtypes.is_int(u.dtype) and u.dtype.itemsize < 4 else code
 
 def _load(ctx:Renderer, u:UOp) -> str:
@@ -1403,9 +1439,12 @@ def _store(ctx:Renderer, u:UOp) -> str:
 
 string_rules = PatternMatcher([
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(u.arg, u.dtype, ctx.types)),
-  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))), lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
+    lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
+  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))),
+    lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
+  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
+    lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), lambda ctx, u: f"({ctx.types[u.dtype]})({ctx[u.src[0]]})"),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
@@ -1413,7 +1452,8 @@ string_rules = PatternMatcher([
   (UPat(Ops.LOAD, src=(UPat((Ops.DEFINE_ACC,)), UPat()), name="u"), lambda ctx, u: ctx[u.src[0]]),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
-  (UPat(Ops.SPECIAL, name="u"), lambda ctx, u: f"{ctx.ids[u.arg[0][0]]}.{'xyz'[int(u.arg[0][4:])]}; /* {u.src[0].arg} */"),
+  (UPat(Ops.SPECIAL, name="u"),
+    lambda ctx, u: f"{ctx.ids[u.arg[0][0]]}.{'xyz'[int(u.arg[0][4:])]}; /* {u.src[0].arg} */"),
   (UPat(Ops.RANGE, name="u"), lambda ctx, u: f"for (int {ctx[u]} = 0; {ctx[u]} < {u.src[0].arg}; {ctx[u]}++) {{"),
   (UPat(Ops.END), lambda ctx: "}"),
   (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
@@ -1444,7 +1484,8 @@ class Renderer:
   def params(self, uops:list[UOp]) -> list[str]:
     return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in buffers(uops)] + \
            [f"const int {u.arg[0]}" for u in uops if u.op is Ops.SPECIAL]  # the thread's index: an argument
-  def signature(self, name:str, uops:list[UOp]) -> str: return f"{self.kernel_prefix} {name}({', '.join(self.params(uops))})"
+  def signature(self, name:str, uops:list[UOp]) -> str:
+    return f"{self.kernel_prefix} {name}({', '.join(self.params(uops))})"
 
   def __getitem__(self, u:UOp) -> str: return self.names[u]
   def render(self, name:str, uops:list[UOp]) -> str:
@@ -1516,7 +1557,8 @@ class PythonRenderer(CUDARenderer):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Devices: a device is an allocator (with an LRU cache of freed buffers), a compiler (cached in memory and on disk,
-# keyed by source and toolchain, stored as raw bytes: no pickle), and programs. Runtimes know drivers; nothing else does.
+# keyed by source and toolchain, stored as raw bytes: no pickle), and programs.
+# Runtimes know drivers; nothing else does.
 
 class CompileError(RuntimeError): pass
 
@@ -1530,18 +1572,21 @@ class CPURuntime:
   local_max = 1
   def __init__(self):
     self.cc = os.getenv("CC", "cc")
-    try: version = subprocess.run([self.cc, "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
+    try:
+      version = subprocess.run([self.cc, "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
     except (OSError, subprocess.CalledProcessError) as e:
       raise RuntimeError(f"the CPU device compiles kernels with a C compiler, but {self.cc!r} can't run ({e}); "
                          "install gcc or clang, or set $CC to one") from None
-    native = subprocess.run([self.cc, "-march=native", "-E", "-x", "c", "-"], input="", capture_output=True).returncode == 0
+    native = subprocess.run([self.cc, "-march=native", "-E", "-x", "c", "-"], input="",
+                            capture_output=True).returncode == 0
     self.flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno"] + (["-march=native"] if native else [])
     self.compiler_id = f"{version} {' '.join(self.flags)}"
     self.pool = concurrent.futures.ThreadPoolExecutor(getenv("THREADS", os.cpu_count() or 1))
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
-      proc = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out, "-lm"], input=src, capture_output=True, text=True)
+      proc = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out, "-lm"], input=src,
+                            capture_output=True, text=True)
       if proc.returncode != 0: raise CompileError(f"{self.cc} failed to compile this kernel:\n{proc.stderr}\n{src}")
       with open(out, "rb") as f: return f.read()
   def load(self, name:str, binary:bytes) -> Callable:
@@ -1587,7 +1632,8 @@ class Emulator:
       start = time.perf_counter()
       for gid in itertools.product(*[range(n) for n in global_size]):
         local = {u: bytearray(b"\xff" * u.arg[1] * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
-        threads = [run_thread(Thread(prog, bufs, local, gid, lid)) for lid in itertools.product(*[range(n) for n in local_size])]
+        threads = [run_thread(Thread(prog, bufs, local, gid, lid))
+                   for lid in itertools.product(*[range(n) for n in local_size])]
         while threads: threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
       return time.perf_counter() - start
     return run
@@ -1764,10 +1810,12 @@ class RawKernel:
   def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
     self.device = (device or Device.DEFAULT).upper()
     self.prog = Program(name, src, [], _dims(global_size), _dims(local_size), self.device)
-    if self.device == "PYTHON": raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
+    if self.device == "PYTHON":
+      raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
     self.fn = Device[self.device].program(self.prog)
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float|None:
-    return self.fn(*[t.buffer().buf for t in tensors], global_size=self.prog.global_size, local_size=self.prog.local_size, wait=wait)
+    return self.fn(*[t.buffer().buf for t in tensors], global_size=self.prog.global_size,
+                   local_size=self.prog.local_size, wait=wait)
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
   """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
