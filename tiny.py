@@ -1237,6 +1237,10 @@ def to_gpu(sink:UOp) -> UOp:
     return st.replace(src=st.src[:3] + ((st.src[3] & g if len(st.src) > 3 else g),))
   return sink.replace(src=tuple(only_one(st) for st in sink.src))
 
+def to_cpu(sink:UOp) -> UOp:
+  """The thread range becomes the kernel's core argument; every other range stays a loop."""
+  return substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",)) for r in ranges(sink, "thread")})
+
 def vectorize(sink:UOp) -> UOp:
   """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
   16-byte access: each thread issues one load instruction instead of four."""
@@ -1380,8 +1384,7 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   sink = optimize(rangeify(ast), dev)
   name = kernel_name(sink)
   sink = expand(sink)
-  sink = to_gpu(sink) if dev.has_local else substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",))
-                                                              for r in ranges(sink, "thread")})
+  sink = to_gpu(sink) if dev.has_local else to_cpu(sink)
   uops = linearize(add_loops(simplify(to_accumulators(vectorize(sink), dev.vector_alu))))
   def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
     ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
