@@ -586,6 +586,10 @@ def test_binary_op_promotes_dtype(a, b, want):
   got = Tensor([1, 0, 1], dtype=a) + Tensor([1, 1, 0], dtype=b)
   assert got.dtype == want and got.tolist() == [2, 1, 1]
 
+def test_signed_with_unsigned_promotes_to_a_wider_signed_int():
+  got = Tensor([1, 200], dtype=dtypes.uint8) + Tensor([-2, 3], dtype=dtypes.int8)
+  assert got.dtype == dtypes.int32 and got.tolist() == [-1, 203]
+
 def test_int_tensor_with_float_scalar_becomes_float():
   got = Tensor([1, 2, 3]) * 1.5
   assert got.dtype == dtypes.float32 and got.tolist() == [1.5, 3.0, 4.5]

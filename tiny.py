@@ -55,6 +55,12 @@ class dtypes:
     bits = 8 * d.itemsize
     return (0, 2**bits - 1) if dtypes.is_unsigned(d) else (-2**(bits-1), 2**(bits-1) - 1)
   @staticmethod
+  def promote(*ds:DType) -> DType:
+    """The dtype two operands meet in: the higher one, but a signed int with an unsigned one needs a wider signed int."""
+    top = max(ds, key=lambda d: d.priority)
+    if not dtypes.is_unsigned(top) or not any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds): return top
+    return dtypes.int64 if top == dtypes.uint32 else dtypes.int32
+  @staticmethod
   def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.scalar == dtypes.bool else int
 
 def truncate(d:DType, x):
@@ -638,7 +644,7 @@ class Tensor:
     if len({t.device for t in ts}) > 1:
       raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
-    dtype = max((t.dtype for t in ts), key=lambda d: d.priority)
+    dtype = dtypes.promote(*[t.dtype for t in ts])
     return [t.cast(dtype)._expand_to(shape) for t in ts]
   def _expand_to(self, shape) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
@@ -850,7 +856,7 @@ class Tensor:
     for t in ts:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
         raise ValueError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
-    dtype, total, out, at = max((t.dtype for t in ts), key=lambda x: x.priority), sum(t.shape[d] for t in ts), None, 0
+    dtype, total, out, at = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts), None, 0
     for t in ts:
       part = t.cast(dtype).pad(tuple((at, total - at - t.shape[d]) if i == d else (0, 0) for i in range(self.ndim)))
       out, at = part if out is None else (out | part if dtype == dtypes.bool else out + part), at + t.shape[d]
