@@ -1133,11 +1133,13 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
 
 def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit: float4 on the contiguous output axis, a block-wide reduction when the
-  output is too small to fill the GPU, unrolled reduce loops, and blocks of threads on the output."""
+  output is too small to fill the GPU or each output reads a long row of its own (a row softmax: a thread per row
+  would read rows apart, uncoalesced), unrolled reduce loops, and blocks of threads on the output."""
   opts: list[Opt] = []
   glob, red = ranges(sink, "global"), ranges(sink, "reduce")
   out_size = prod(r.src[0].arg for r in glob)
-  if dev.has_local and red and out_size <= 2048:
+  rows = red and red[-1].src[0].arg >= 256 and not any(_reused(sink, r) for r in glob)
+  if dev.has_local and red and (out_size <= 2048 or rows):
     return [Opt("group", red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].src[0].arg)))]
   if not red and glob and glob[-1].src[0].arg >= 4 and (glob[-1].src[0].arg % 4 == 0 or len(glob) == 1) and \
      _unit_stride(sink, glob[-1]):
