@@ -801,6 +801,12 @@ def test_matmul_mismatch_names_both_shapes():
   with pytest.raises(ValueError) as e: Tensor.ones(3, 7) @ Tensor.ones(5, 3)
   assert "(3, 7)" in str(e.value) and "(5, 3)" in str(e.value)
 
+def test_bad_dtypes_are_type_errors_naming_them():
+  with pytest.raises(TypeError, match="float"): Tensor([1.5, 2.0]) & Tensor([True, False])
+  with pytest.raises(TypeError, match="notadtype"): Tensor([1, 2]).cast("notadtype")
+  with pytest.raises(TypeError, match="'d'"): Tensor(array.array("d", [1.0, 2.0]))
+  with pytest.raises(TypeError, match="str"): Tensor([1.0]) + "1"
+
 def test_missing_c_compiler_is_named(tmp_path):
   r = run_python("""
     from tiny import Tensor
