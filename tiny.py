@@ -302,6 +302,7 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
 
 def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:
   """Replace nodes once, bottom-up. Unlike a rewrite, a replacement is not rewritten again (r -> r+1 stays)."""
+  if not mapping: return sink
   done: dict[UOp, UOp] = {}
   for u in sink.toposort:
     src = tuple(done[s] for s in u.src)
