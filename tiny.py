@@ -886,8 +886,9 @@ class Tensor:
 
   # --- realization
   def realize(self, *others:Tensor) -> Tensor:
-    run_schedule(schedule([self, *others]))
-    for t in (self, *others): t.uop = realized.get(t.uop, t.uop)
+    items = schedule([self, *others])  # held until each tensor holds its own buffer
+    run_schedule(items)
+    for t in (self, *others): t.uop = realized_view(t.uop) or t.uop
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -917,7 +918,11 @@ class ScheduleItem:
   bufs: list[Buffer]           # outputs first, then inputs, in PARAM order
   outs: dict[UOp, UOp]         # computed node -> the buffer view that holds it once this kernel has run
 
-realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # computed node -> the buffer view holding it
+# computed node -> the buffer view holding it, both weakly: a result lives as long as a tensor (or graph) holds it
+realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+def realized_view(u:UOp) -> UOp|None:
+  ref = realized.get(u)
+  return None if ref is None else ref()
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
@@ -926,7 +931,8 @@ def _expands(st:ShapeTracker) -> bool:
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
-  sink = substitute(sink, {u: realized[u] for u in sink.toposort if u in realized})
+  known = {u: realized_view(u) for u in sink.toposort if u in realized}
+  sink = substitute(sink, {u: v for u, v in known.items() if v is not None})
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
@@ -1788,7 +1794,7 @@ DEBUG = getenv("DEBUG")
 program_cache: dict[tuple[UOp, str], Program] = {}
 
 def to_program(ast:UOp, device:str) -> Program:
-  key = (ast.key, device, getenv("NOOPT"))  # structural: the cache must not keep a graph's nodes (and buffers) alive
+  key = (ast, device, getenv("NOOPT"))  # the cache keeps its ASTs, so an equal AST is the same object: found at once
   if key not in program_cache:
     program_cache[key] = lower(ast, Device.renderer(device))
   return program_cache[key]
@@ -1798,7 +1804,7 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   total = 0.0
   for i, item in enumerate(items):
     if all(b.size == 0 for b in item.bufs[:len(item.ast.src)]):  # nothing to compute, and a GPU can't launch 0 blocks
-      realized.update(item.outs)
+      realized.update({u: weakref.ref(v) for u, v in item.outs.items()})
       continue
     device = item.bufs[0].device
     prog = to_program(item.ast, device)
@@ -1809,7 +1815,7 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
       flops, mem = prog.info
       print(f"*** {device:6s} {i:4d} {prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
             f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
-    realized.update(item.outs)
+    realized.update({u: weakref.ref(v) for u, v in item.outs.items()})
     total += tm or 0.0
   return total
 
