@@ -590,6 +590,10 @@ def test_signed_with_unsigned_promotes_to_a_wider_signed_int():
   got = Tensor([1, 200], dtype=dtypes.uint8) + Tensor([-2, 3], dtype=dtypes.int8)
   assert got.dtype == dtypes.int32 and got.tolist() == [-1, 203]
 
+def test_uint32_with_int32_promotes_to_int64():
+  got = Tensor([3000000000, 5], dtype=dtypes.uint32) + Tensor([0, -7])
+  assert got.dtype == dtypes.int64 and got.tolist() == [3000000000, -2]
+
 def test_int_tensor_with_float_scalar_becomes_float():
   got = Tensor([1, 2, 3]) * 1.5
   assert got.dtype == dtypes.float32 and got.tolist() == [1.5, 3.0, 4.5]
@@ -745,6 +749,19 @@ def test_a_reduce_read_twice_by_one_op_stays_in_its_kernel():
 def test_threads_split_a_loop_shorter_than_the_cores():  # 2 rows of 2**22: the thread split must not break
   x = Tensor.arange(2**22 * 2).reshape(2**22, 2).T + 1
   assert x.shape == (2, 2**22) and x[1, -3:].tolist() == [2**23 - 4, 2**23 - 2, 2**23]
+
+def test_outputs_realized_together_run_after_what_they_read():  # b needs a's max: its kernel can't run first
+  x = rand_list((4, 8), 51)
+  a, b = Tensor(x) * 2, Tensor(x) - Tensor(x).max(axis=1, keepdim=True)
+  Tensor.realize(a, b)
+  assert_close(a.tolist(), ref_ew(lambda v: 2 * v, x))
+  assert_close(b.tolist(), [[v - max(row) for v in row] for row in x])
+
+def test_padding_around_an_empty_tensor():  # a zero-size dim must not divide any index by zero
+  t = (Tensor.ones(5, 3, 4).shrink(((0, 5), (1, 1), (0, 1))) + 1).pad(((1, 0), (0, 0), (1, 0)), value=-1.0)
+  got = t.permute(0, 2, 1).pad(((0, 0), (1, 1), (1, 2)))
+  assert got.shape == (6, 4, 3) and got.tolist() == [[[0.0] * 3] * 4] * 6
+  assert Tensor.ones(4, 5, 0).sum(axis=1).shape == (4, 0) and Tensor.ones(4, 0)[:, ::2].shape == (4, 0)
 
 def test_realized_tensor_is_read_not_recomputed():
   x = rand_list((7, 33), 66)

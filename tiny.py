@@ -58,8 +58,9 @@ class dtypes:
   def promote(*ds:DType) -> DType:
     """The dtype two operands meet in: the higher one, but a signed int with an unsigned one needs a wider signed int."""
     top = max(ds, key=lambda d: d.priority)
-    if not dtypes.is_unsigned(top) or not any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds): return top
-    return dtypes.int64 if top == dtypes.uint32 else dtypes.int32
+    unsigned = [d for d in ds if dtypes.is_unsigned(d)]
+    if dtypes.is_float(top) or not unsigned or not any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds): return top
+    return max(top, dtypes.int64 if dtypes.uint32 in unsigned else dtypes.int32, key=lambda d: d.priority)
   @staticmethod
   def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.scalar == dtypes.bool else int
 
@@ -445,6 +446,7 @@ class View:
     return addr, valid
 
   def reshape(self, shape:tuple[int, ...]) -> View|None:
+    if 0 in self.shape: return View.contiguous(shape)  # nothing to address
     if self.mask is not None:  # a masked view only folds a reshape that adds or drops size-1 dims (all valid ones)
       if [s for s in shape if s != 1] != [s for s in self.shape if s != 1]: return None
       if any(m != (0, 1) for s, m in zip(self.shape, self.mask) if s == 1): return None
@@ -489,7 +491,7 @@ class ShapeTracker:
     """Address and validity of an element: evaluate the outer view, then unravel its address into each inner view."""
     addr, valid = self.views[-1].index(idxs)
     for view in reversed(self.views[:-1]):
-      idxs = [(addr // st) % s if st else addr.const_like(0) for s, st in zip(view.shape, strides_for(view.shape))]
+      idxs = [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(view.shape, strides_for(view.shape))]
       addr, inner = view.index(idxs)
       valid = inner if valid is None else valid if inner is None else valid & inner
     return addr, valid
@@ -955,12 +957,18 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
       if u in realize: reads[r].append(u)
       else: stack.extend(u.src)
   groups: list[list[UOp]] = []
+  group_of: dict[UOp, int] = {}
   for r in reads:
     deps = _deps(r, reads)
+    ready = max((group_of[d] for d in deps if d in group_of), default=-1)  # a group runs where it was started
     def fits(g): return not any(has_reduce[o] or o.shape != r.shape or o in deps or o.op is Ops.CONTIGUOUS for o in g)
-    group = None if has_reduce[r] or r.op is Ops.CONTIGUOUS else next((g for g in groups if fits(g)), None)
-    if group is None: groups.append([r])
-    else: group.append(r)
+    joinable = [i for i, g in enumerate(groups) if i > ready and fits(g)]
+    if has_reduce[r] or r.op is Ops.CONTIGUOUS or not joinable:
+      groups.append([r])
+      group_of[r] = len(groups) - 1
+    else:
+      groups[joinable[0]].append(r)
+      group_of[r] = joinable[0]
   device = tensors[0].device
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
                   ShapeTracker.contiguous(r.shape)) for r in reads}
@@ -1023,7 +1031,7 @@ def new_range(size:int, kind:str) -> UOp:
     else UOp.const(dtypes.int, 0)
 
 def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
-  return [(addr // st) % s if s != 1 else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
+  return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
 
 def identity(op:Ops, dtype:DType) -> UOp:
   if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (identity(op, dtype.scalar),) * dtype.count)
@@ -1145,7 +1153,8 @@ def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
   opts: list[Opt] = []
   glob, red = ranges(sink, "global"), ranges(sink, "reduce")
   out_size = prod(r.src[0].arg for r in glob)
-  rows = red and red[-1].src[0].arg >= 256 and not any(_reused(sink, r) for r in glob)
+  rows = red and red[-1].src[0].arg >= 256 and not any(_reused(sink, r) for r in glob) and \
+    any(u.op is Ops.LOAD and red[-1] in u.src[1].terms() for u in sink.toposort)  # a row: its elements side by side
   if dev.has_local and red and (out_size <= 2048 or rows):
     return [Opt("group", red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].src[0].arg)))]
   if not red and glob and glob[-1].src[0].arg >= 4 and (glob[-1].src[0].arg % 4 == 0 or len(glob) == 1) and \
