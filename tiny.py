@@ -1403,6 +1403,8 @@ def kernel_name(sink:UOp) -> str:
   prefix = "r" if any(r.arg[1] in ("reduce", "group", "unroll") for r in rs) else "E"
   return "_".join([prefix] + [str(r.src[0].arg) for r in rs]) if rs else prefix + "_1"
 
+def _dims(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
+
 def lower(ast:UOp, dev:Renderer) -> Program:
   """Kernel AST -> optimized, linear UOps -> source. Every step is one named function."""
   sink = optimize(rangeify(ast), dev)
@@ -1412,8 +1414,7 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   uops = linearize(add_loops(simplify(to_accumulators(vectorize(sink), dev.vector_alu))))
   def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
     ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
-    dims = [u.src[0].arg for u in ids]
-    return tuple(dims + [1] * (3 - len(dims)))
+    return _dims([u.src[0].arg for u in ids])
   return Program(name, dev.render(name, uops), uops, sizes(("gidx", "core")), sizes("lidx"), dev.device, _cost(ast))
 
 def _cost(ast:UOp) -> tuple[int, int]:
@@ -1583,7 +1584,7 @@ class PythonRenderer(CUDARenderer):
   device = "PYTHON"
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Devices: a device is an allocator (with an LRU cache of freed buffers), a compiler (cached in memory and on disk,
+# Devices: a device is an allocator (freed buffers kept by size, for reuse), a compiler (cached in memory and on disk,
 # keyed by source and toolchain, stored as raw bytes: no pickle), and programs.
 # Runtimes know drivers; nothing else does.
 
@@ -1608,7 +1609,7 @@ class CPURuntime:
                             capture_output=True).returncode == 0
     self.flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno"] + (["-march=native"] if native else [])
     self.compiler_id = f"{version} {' '.join(self.flags)}"
-    self.pool = concurrent.futures.ThreadPoolExecutor(getenv("THREADS", os.cpu_count() or 1))
+    self.pool = concurrent.futures.ThreadPoolExecutor(Renderer.cores)
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
@@ -1783,8 +1784,10 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
+  def allocated(self) -> int: return cdiv(self.size, 4) * 4 * self.dtype.itemsize  # whole float4s: see apply_opt
+  @property
   def buf(self):
-    if self._buf is None: self._buf = Device[self.device].alloc(cdiv(self.size, 4) * 4 * self.dtype.itemsize)
+    if self._buf is None: self._buf = Device[self.device].alloc(self.allocated)
     return self._buf
   def copyin(self, src:memoryview): Device[self.device].runtime.copyin(self.buf, src)
   def copyout(self) -> memoryview:
@@ -1794,7 +1797,7 @@ class Buffer:
     return out
   def __del__(self):
     if self._buf is not None and (dev := Device.opened.get(self.device)) is not None:
-      dev.free(self._buf, cdiv(self.size, 4) * 4 * self.dtype.itemsize)
+      dev.free(self._buf, self.allocated)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Running a schedule, and seeing what it would run.
@@ -1827,8 +1830,6 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
     realized.update({u: weakref.ref(v) for u, v in item.outs.items()})
     total += tm or 0.0
   return total
-
-def _dims(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
 
 class RawKernel:
   """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
