@@ -3,7 +3,7 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
-import itertools, weakref, operator
+import itertools, weakref, operator, threading
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -38,11 +38,14 @@ class dtypes:
   float16 = half = DType(6, 2, "half", "e")
   float32 = float = DType(7, 4, "float", "f")
   all = (bool, int8, uint8, uint32, int32, int64, float16, float32)
+  # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
+  index = DType(5, 8, "index", "q")
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "c": uint8}
   @staticmethod
   def is_float(d:DType) -> bool: return d.scalar in (dtypes.float16, dtypes.float32)
   @staticmethod
-  def is_int(d:DType) -> bool: return d.scalar in (dtypes.int8, dtypes.uint8, dtypes.uint32, dtypes.int32, dtypes.int64)
+  def is_int(d:DType) -> bool:
+    return d.scalar in (dtypes.int8, dtypes.uint8, dtypes.uint32, dtypes.int32, dtypes.int64, dtypes.index)
   @staticmethod
   def is_unsigned(d:DType) -> bool: return d.scalar in (dtypes.uint8, dtypes.uint32)
   @staticmethod
@@ -98,24 +101,27 @@ class GroupOp:
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
 
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+def _amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
 def _safe(f):
   def g(*a):
     try: return f(*a)
     except (ValueError, ZeroDivisionError): return math.nan
     except OverflowError: return math.inf
   return g
-# C semantics for every ALU op: integer division truncates toward zero, as it does in C, CUDA and Metal.
+# What every ALU op computes, on every device: C's semantics where C defines them (integer division truncates toward
+# zero), and one chosen result where it doesn't: x/0 and x%0 are 0, INT_MIN/-1 wraps, a shift by an amount outside
+# [0, width) gives 0 (or -1 for >> of a negative), max of nan is nan. Renderers emit guards that compute the same.
 python_alu: dict[Ops, Callable] = {
   Ops.NEG: operator.neg, Ops.EXP2: _safe(lambda x: 2.0**x), Ops.SIN: _safe(math.sin),
   Ops.LOG2: lambda x: math.log2(x) if x > 0 else -math.inf if x == 0 else math.nan,
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
-  Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b else a,
+  Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b or b != b else a,
   Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0,
   Ops.MOD: lambda a, b: a - b*_trunc_div(a, b) if b != 0 else 0,
   Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
   Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
-  Ops.SHL: operator.lshift, Ops.SHR: operator.rshift,
+  Ops.SHL: lambda a, b: a << _amount(b), Ops.SHR: lambda a, b: a >> _amount(b),
   Ops.WHERE: lambda c, a, b: a if c else b}
 
 def exec_alu(op:Ops, dtype:DType, srcs:Sequence) -> Any: return truncate(dtype, python_alu[op](*srcs))
@@ -136,9 +142,12 @@ def _key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # k
 
 class UOpMeta(type):
   cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+  lock = threading.Lock()  # two threads building the same new node must get one object
   def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
     key = (op, dtype, src, _key(arg))
-    if (u := UOpMeta.cache.get(key)) is None: UOpMeta.cache[key] = u = super().__call__(op, dtype, src, arg)
+    if (u := UOpMeta.cache.get(key)) is None:
+      with UOpMeta.lock:
+        if (u := UOpMeta.cache.get(key)) is None: UOpMeta.cache[key] = u = super().__call__(op, dtype, src, arg)
     return u
 
 class UOp(MathMixin, metaclass=UOpMeta):
@@ -150,7 +159,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def replace(self, **kw) -> UOp:
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
   @staticmethod
-  def const(dtype:DType, value) -> UOp: return UOp(Ops.CONST, dtype, (), dtypes.python(dtype)(value))
+  def const(dtype:DType, value) -> UOp:  # rounded to its dtype here, so every device sees the same value
+    return UOp(Ops.CONST, dtype, (), truncate(dtype, dtypes.python(dtype)(value)))
   def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
   def alu(self, op:Ops, *srcs:UOp) -> UOp:
     dtype = dtypes.bool if op in GroupOp.Compare else (srcs[0] if op is Ops.WHERE else self).dtype
@@ -223,15 +233,17 @@ class UOp(MathMixin, metaclass=UOpMeta):
 def _product_bounds(a, b):
   products = [x * y for x in a for y in b]
   return (min(products), max(products))
-def _by_positive_const(a, b) -> bool: return b[0] == b[1] and b[0] > 0 and a[0] >= 0  # where // and % are exact
+def _positive_const(b) -> bool: return b[0] == b[1] and b[0] > 0
+def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
+  if a[0] >= 0 and a[0] // b[0] == a[1] // b[0]: return (a[0] % b[0], a[1] % b[0])
+  return (0 if a[0] >= 0 else max(a[0], 1 - b[0]), 0 if a[1] <= 0 else min(a[1], b[0] - 1))
 
 # the range of each op's result from its sources' ranges (lo, hi); None where it can't be said
 alu_bounds: dict[Ops, Callable] = {
   Ops.ADD: lambda a, b: (a[0] + b[0], a[1] + b[1]), Ops.NEG: lambda a: (-a[1], -a[0]), Ops.MUL: _product_bounds,
   Ops.MAX: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
-  Ops.IDIV: lambda a, b: (a[0] // b[0], a[1] // b[0]) if _by_positive_const(a, b) else None,
-  Ops.MOD: lambda a, b: (((a[0] % b[0], a[1] % b[0]) if a[0] // b[0] == a[1] // b[0] else (0, b[0] - 1))
-                         if _by_positive_const(a, b) else None),
+  Ops.IDIV: lambda a, b: (_trunc_div(a[0], b[0]), _trunc_div(a[1], b[0])) if _positive_const(b) else None,
+  Ops.MOD: lambda a, b: _mod_bounds(a, b) if _positive_const(b) else None,
   Ops.CMPLT: lambda a, b: (a[1] < b[0], a[0] < b[1]),
   Ops.CMPNE: lambda a, b: (a[1] < b[0] or b[1] < a[0], not a[0] == a[1] == b[0] == b[1]),
   Ops.CMPEQ: lambda a, b: (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0])),
@@ -247,6 +259,7 @@ class UPat(MathMixin):
     self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
     self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
     self.src, self.arg, self.name = src, arg, name
+  def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
   def var(name:str|None=None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
   @staticmethod
@@ -276,17 +289,21 @@ class PatternMatcher:
     for pat, fn in rules:
       for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
   def __add__(self, other:PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
-  def rewrite(self, u:UOp, ctx=None) -> UOp|None:
+  def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
+    """The first rule that rewrites u, and what it made of it."""
     for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
       for captures in pat.match(u, {}):
         out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
-        if out is not None and out is not u: return out
+        if out is not None and out is not u: return pat, out
     return None
+  def rewrite(self, u:UOp, ctx=None) -> Any:
+    return None if (fired := self.fire(u, ctx)) is None else fired[1]
 
 def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
   """Rewrite sources first, then the node; a node a rule returns is itself rewritten, so all reach a fixed point."""
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp|None]] = [(sink, 0, None)]
+  rewrites = 0
   while stack:
     u, stage, new = stack.pop()
     if u in done: continue
@@ -296,8 +313,12 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
     elif stage == 1:
       src = tuple(done[s] for s in u.src)
       node = u if src == u.src else u.replace(src=src)
-      if (out := pm.rewrite(node, ctx)) is None: done[u] = node
-      else: stack += [(u, 2, out), (out, 0, None)]
+      if (fired := pm.fire(node, ctx)) is None: done[u] = node
+      else:
+        stack += [(u, 2, fired[1]), (fired[1], 0, None)]
+        rewrites += 1  # rules that undo each other would loop forever: far more rewrites than nodes is such a loop
+        if rewrites > 10000 + 64 * len(done): raise RuntimeError(f"rewrite rules don't reach a fixed point: {fired[0]} "
+                                                                 f"keeps rewriting {node.op.name}")
     else: done[u] = done[new]
   return done[sink]
 
@@ -314,9 +335,10 @@ def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:
 # Symbolic rules: constant folding, identities, and the index algebra that makes a float4 address `gidx0*4` with no
 # division left. C's `/` and `%` truncate where Python's floor, so div/mod rules only fire where bounds prove x >= 0.
 
-ints = (dtypes.int32, dtypes.int64)
+ints = (dtypes.int32, dtypes.int64, dtypes.index)
 x, y, c0, c1 = UPat.var("x"), UPat.var("y"), UPat.cvar("c0"), UPat.cvar("c1")
 xi, yi = UPat.var("x", ints), UPat.var("y", ints)
+xidx = UPat.var("x", dtypes.index)  # only index math is sure not to wrap: user ints wrap as the machine's do
 
 def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides."""
@@ -375,7 +397,7 @@ symbolic = PatternMatcher([
   ((xi % c0) % c1, lambda x, c0, c1: x % c1.arg if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
-  (xi + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),              # x+c0<c1 -> x<c1-c0
+  (xidx + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),            # x+c0<c1 -> x<c1-c0
   # a vector rebuilt from its own lanes is that vector
   (UPat(Ops.VECTORIZE, name="u"), lambda u: u.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is u.src[0].src[0] and
     s.arg == k for k, s in enumerate(u.src)) and u.src[0].src[0].dtype == u.dtype else None),
@@ -384,7 +406,7 @@ symbolic = PatternMatcher([
     lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),
   (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"),
     lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),
-  (c0 < xi + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),
+  (c0 < xidx + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),  # c0<x+c1 -> c0-c1<x
 ])
 
 def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
@@ -436,12 +458,12 @@ class View:
     return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
 
   def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
-    addr = UOp.const(dtypes.int, self.offset)
+    addr = UOp.const(dtypes.index, self.offset)
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: addr = addr + i * st
     valid = None
     for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()):
-      for term in ([UOp.const(dtypes.int, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else []):
+      for term in ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else []):
         valid = term if valid is None else valid & term
     return addr, valid
 
@@ -601,7 +623,7 @@ class Tensor:
     if stop is None: start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
     dtype = dtype or (dtypes.float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int)
-    return Tensor(UOp(Ops.IOTA, dtypes.int, (), n), device=device).cast(dtype) * step + start
+    return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @staticmethod
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
     rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
@@ -619,7 +641,7 @@ class Tensor:
     counter advances when the op is created, so each rand differs and repeats whatever order it is realized in."""
     n = prod(shape)
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
-    x = Tensor(UOp(Ops.IOTA, dtypes.int, (), n), device=device).cast(dtypes.uint32)
+    x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32)
     # the counter is data, not a constant in the source, so every rand call runs the same compiled kernel
     x = x + Tensor([(start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32], dtypes.uint32, device)
     for mul in (0x7FEB352D, 0x846CA68B):  # the lowbias32 integer hash: xor-shift, multiply, twice
@@ -1027,8 +1049,8 @@ KINDS = ("thread", "global", "local", "group", "reduce", "upcast", "unroll")  # 
 
 range_ids = itertools.count()  # every range of the process has its own number: ranges of different kernels never merge
 def new_range(size:int, kind:str) -> UOp:
-  return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, size),), (next(range_ids), kind)) if size != 1 \
-    else UOp.const(dtypes.int, 0)
+  return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (next(range_ids), kind)) if size != 1 \
+    else UOp.const(dtypes.index, 0)
 
 def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
   return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
@@ -1237,7 +1259,7 @@ def to_gpu(sink:UOp) -> UOp:
   for kind, prefix in (("global", "gidx"), ("local", "lidx"), ("group", "lidx")):
     for i, r in enumerate(ranges(sink, kind)):
       n = len([s for s in special.values() if s.arg[0].startswith(prefix)])
-      special[r] = UOp(Ops.SPECIAL, dtypes.int, r.src, (f"{prefix}{n}",))
+      special[r] = UOp(Ops.SPECIAL, dtypes.index, r.src, (f"{prefix}{n}",))
   def group(u:UOp) -> UOp|None:
     grp = [r for r in u.src[1:] if r.arg[1] == "group"]
     if not grp: return None
@@ -1263,7 +1285,7 @@ def to_gpu(sink:UOp) -> UOp:
 
 def to_cpu(sink:UOp) -> UOp:
   """The thread range becomes the kernel's core argument; every other range stays a loop."""
-  return substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.int, r.src, ("core0",)) for r in ranges(sink, "thread")})
+  return substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.index, r.src, ("core0",)) for r in ranges(sink, "thread")})
 
 def vectorize(sink:UOp) -> UOp:
   """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
@@ -1306,8 +1328,9 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
             for i, (r, _) in enumerate(work)]
     # the ranges ride along as sources: the update runs in the loop even when the value doesn't depend on it
-    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, a.alu(r.arg, substitute(r.src[0], done))) + rs)
-                 for a, (r, _) in zip(accs, work))
+    # the update reads the accumulator as it is in this iteration, so it is placed inside every loop it runs in
+    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, UOp(Ops.LOAD, a.dtype, (a,) + rs).alu(r.arg, substitute(r.src[0], done)))
+                     + rs) for a, (r, _) in zip(accs, work))
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     for a, (_, outs) in zip(accs, work):
       total = UOp(Ops.LOAD, a.dtype, (a, body[0]))
@@ -1338,6 +1361,19 @@ def _as_vector(xs:list[UOp]) -> UOp|None:
   if xs[0].op not in (Ops.ADD, Ops.MUL, Ops.NEG) or any(x.op is not xs[0].op for x in xs): return None
   srcs = [_as_vector(list(lane)) for lane in zip(*[x.src for x in xs])]
   return None if None in srcs else UOp(xs[0].op, xs[0].dtype.vec(4), tuple(srcs))
+
+def narrow_index(sink:UOp) -> UOp:
+  """Index math was exact until here: it becomes int where every value provably fits in 32 bits, else long, so a
+  kernel over more than 2**31 elements never wraps and every other keeps 32-bit math. Thread ids are launch dims and
+  stay int, widened where they are used."""
+  wide = any(not -2**31 <= u.vmin <= u.vmax < 2**31 for u in sink.toposort if u.dtype == dtypes.index)
+  target, done = dtypes.long if wide else dtypes.int, {}
+  for u in sink.toposort:
+    src = tuple(done[s] for s in u.src)
+    if u.op is Ops.SPECIAL: done[u] = UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.src[0].arg),), u.arg).cast(target)
+    elif u.dtype == dtypes.index: done[u] = UOp(u.op, target, src, u.arg)
+    else: done[u] = u if src == u.src else u.replace(src=src)
+  return done[sink]
 
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them) become loops around the stores."""
@@ -1411,11 +1447,12 @@ def lower(ast:UOp, dev:Renderer) -> Program:
   name = kernel_name(sink)
   sink = expand(sink)
   sink = to_gpu(sink) if dev.has_local else to_cpu(sink)
-  uops = linearize(add_loops(simplify(to_accumulators(vectorize(sink), dev.vector_alu))))
+  uops = linearize(narrow_index(add_loops(simplify(to_accumulators(vectorize(sink), dev.vector_alu)))))
   def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
     ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
     return _dims([u.src[0].arg for u in ids])
-  return Program(name, dev.render(name, uops), uops, sizes(("gidx", "core")), sizes("lidx"), dev.device, _cost(ast))
+  src = dev.render(name, uops, buffers(ast.toposort))  # every buffer the kernel is launched with, read or not
+  return Program(name, src, uops, sizes(("gidx", "core")), sizes("lidx"), dev.device, _cost(ast))
 
 def _cost(ast:UOp) -> tuple[int, int]:
   nodes = ast.toposort
@@ -1427,12 +1464,13 @@ def _cost(ast:UOp) -> tuple[int, int]:
 # Renderers: one C-style renderer; a dialect is a table of strings. Each value is rendered by a rule from its UOp;
 # a value used once is inlined into its user, others get a named variable.
 
-def _fmt_const(v, d:DType, types:dict) -> str:
+def _fmt_const(ctx:Names, v, d:DType) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if dtypes.is_float(d):
     text = "NAN" if math.isnan(v) else ("INFINITY" if v > 0 else "(-INFINITY)") if math.isinf(v) else f"{float(v)!r}f"
-    return text if d == dtypes.float else f"({types[d]}){text}"
-  return f"{v}u" if d == dtypes.uint32 else f"{v}ll" if d == dtypes.int64 else str(v)
+    return text if d == dtypes.float else f"({ctx.types[d]}){text}"
+  if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
+  return f"{v}{ctx.suffixes.get(d, '')}"
 
 def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
 def _shift_ok(a:UOp, b:UOp) -> bool:
@@ -1448,41 +1486,78 @@ code_for_op: dict[Ops, Callable] = {
   Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
   Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
 
-# C computes char arithmetic in int: wrap it back, as the machine would
-def _narrow(ctx:Renderer, u:UOp, code:str) -> str:
-  return f"(({ctx.types[u.dtype]}){code})" if dtypes.is_int(u.dtype) and u.dtype.itemsize < 4 else code
+# C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
+def _narrow(ctx:Names, u:UOp, code:str) -> str:
+  return f"(({ctx.types[u.dtype]}){code})" if u.dtype.itemsize < 4 and u.op not in GroupOp.Compare else code
 
-def _load(ctx:Renderer, u:UOp) -> str:
+# Where C leaves an op undefined, every dialect renders the result python_alu and _convert define. The guard repeats
+# the operands, so they are never inlined into it.
+def _guarded(u:UOp) -> bool:
+  if u.op in (Ops.IDIV, Ops.MOD): return not (u.src[1].vmin > 0 or u.src[1].vmax < -1)  # b == 0, INT_MIN / -1
+  if u.op in (Ops.SHL, Ops.SHR): return not 0 <= u.src[1].vmin <= u.src[1].vmax < 8 * u.dtype.itemsize
+  if u.op is Ops.CAST: return dtypes.is_float(u.src[0].dtype) and dtypes.is_int(u.dtype)  # nan, inf, out of range
+  return u.op in (Ops.MAX, Ops.WHERE)
+
+def _divide(ctx:Names, u:UOp) -> str|None:
+  if not _guarded(u): return None
+  a, b, signed = ctx[u.src[0]], ctx[u.src[1]], not dtypes.is_unsigned(u.dtype)
+  if u.op is Ops.MOD: return _narrow(ctx, u, f"(({b}==0{f'||{b}==-1' if signed else ''})?0:{a}%{b})")
+  return _narrow(ctx, u, f"({b}==0?0:{f'{b}==-1?-{a}:' if signed else ''}{a}/{b})")
+
+def _shift(ctx:Names, u:UOp) -> str:
+  """A signed << shifts the unsigned bits (C leaves a negative one undefined); an amount outside [0, width) shifts
+  every bit out: << gives 0, >> gives 0 or -1 by the sign."""
+  a, b, bits, signed = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize, dtypes.is_int(u.dtype) and \
+    not dtypes.is_unsigned(u.dtype)
+  wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]
+  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", f"({a}<0?-1:0)" if signed else "0"
+  else: shifted, out = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))" if signed else f"({a}<<{b})", "0"
+  return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
+
+def _cast(ctx:Names, u:UOp) -> str:
+  x = f"(float){ctx[u.src[0]]}" if u.src[0].dtype == dtypes.half else ctx[u.src[0]]
+  if not _guarded(u): return f"({ctx.types[u.dtype]})({x})"
+  lo, hi = dtypes.limits(u.dtype)  # float -> int saturates at the type's limits, and nan is 0
+  edge = lambda v: _fmt_const(ctx, float(v), dtypes.float)  # noqa: E731  (powers of two: exact in float)
+  return (f"({x}!={x}?0:{x}<={edge(lo)}?{_fmt_const(ctx, lo, u.dtype)}:{x}>={edge(hi + 1)}?"
+          f"{_fmt_const(ctx, hi, u.dtype)}:({ctx.types[u.dtype]})({x}))")
+
+def _load(ctx:Names, u:UOp) -> str:
+  if u.src[0].op is Ops.DEFINE_ACC: return ctx[u.src[0]]  # an accumulator is its variable
   buf, addr = ctx[u.src[0]], ctx[u.src[1]]
   ptr = f"*(({ctx.buffer_prefix}{ctx.types[u.dtype]}*)({buf}+{addr}))" if u.dtype.count > 1 else f"*({buf}+{addr})"
   if len(u.src) < 3: return ptr
-  zero = ctx.vector(u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(0, u.dtype, ctx.types)
+  zero = ctx.vector(u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(ctx, 0, u.dtype)
   return f"({ctx[u.src[2]]}?{ptr}:{zero})"
 
-def _store(ctx:Renderer, u:UOp) -> str:
+def _store(ctx:Names, u:UOp) -> str:
   value = u.src[2]
   ptr = f"*(({ctx.buffer_prefix}{ctx.types[value.dtype]}*)({ctx[u.src[0]]}+{ctx[u.src[1]]}))" if value.dtype.count > 1 \
     else f"*({ctx[u.src[0]]}+{ctx[u.src[1]]})"
   return f"{ptr} = {ctx[value]};" if len(u.src) < 4 else f"if ({ctx[u.src[3]]}) {{ {ptr} = {ctx[value]}; }}"
 
 string_rules = PatternMatcher([
-  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(u.arg, u.dtype, ctx.types)),
+  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
   (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
     lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))),
     lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
     lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
+  (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
+  (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
+    lambda ctx, u, a, b: _narrow(ctx, u, f"(({ctx[a]}<{ctx[b]}||{ctx[b]}!={ctx[b]})?{ctx[b]}:{ctx[a]})")),
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
-  (UPat(Ops.CAST, name="u"), lambda ctx, u: f"({ctx.types[u.dtype]})({ctx[u.src[0]]})"),
+  (UPat(Ops.CAST, name="u"), _cast),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: ctx.vector(u.dtype, [ctx[s] for s in u.src])),
-  (UPat(Ops.LOAD, src=(UPat((Ops.DEFINE_ACC,)), UPat()), name="u"), lambda ctx, u: ctx[u.src[0]]),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
   (UPat(Ops.SPECIAL, name="u"),
     lambda ctx, u: f"{ctx.ids[u.arg[0][0]]}.{'xyz'[int(u.arg[0][4:])]}; /* {u.src[0].arg} */"),
-  (UPat(Ops.RANGE, name="u"), lambda ctx, u: f"for (int {ctx[u]} = 0; {ctx[u]} < {u.src[0].arg}; {ctx[u]}++) {{"),
+  (UPat(Ops.RANGE, name="u"),
+    lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {ctx[u.src[0]]}; {ctx[u]}++) {{"),
   (UPat(Ops.END), lambda ctx: "}"),
   (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
   (UPat(Ops.ASSIGN, name="u"), lambda ctx, u: f"{ctx[u.src[0]]} = {ctx[u.src[1]]};"),
@@ -1491,6 +1566,12 @@ string_rules = PatternMatcher([
 ])
 
 def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+
+class Names(dict):
+  """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
+  every thread, so what one call writes lives here."""
+  def __init__(self, dialect:Renderer): super().__init__(); self.dialect = dialect
+  def __getattr__(self, name:str): return getattr(self.dialect, name)
 
 class Renderer:
   """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
@@ -1503,51 +1584,53 @@ class Renderer:
   types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
            dtypes.float.vec(4): "float4"}
+  suffixes = {dtypes.uint32: "u", dtypes.long: "ll"}
   code_for_op = code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                                Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"}
   def header(self, uops:list[UOp]) -> list[str]:
     return ["#include <math.h>"] + (["typedef float float4 __attribute__((vector_size(16)));"]
                                     if any(u.dtype == dtypes.float.vec(4) for u in uops) else [])
   def vector(self, d:DType, xs:list[str]) -> str: return f"({self.types[d]}){{{','.join(xs)}}}"
-  def params(self, uops:list[UOp]) -> list[str]:
-    return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in buffers(uops)] + \
+  def params(self, bufs:list[UOp], uops:list[UOp]) -> list[str]:
+    return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in bufs] + \
            [f"const int {u.arg[0]}" for u in uops if u.op is Ops.SPECIAL]  # the thread's index: an argument
-  def signature(self, name:str, uops:list[UOp]) -> str:
-    return f"{self.kernel_prefix} {name}({', '.join(self.params(uops))})"
+  def signature(self, name:str, bufs:list[UOp], uops:list[UOp]) -> str:
+    return f"{self.kernel_prefix} {name}({', '.join(self.params(bufs, uops))})"
 
-  def __getitem__(self, u:UOp) -> str: return self.names[u]
-  def render(self, name:str, uops:list[UOp]) -> str:
+  def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
+    """bufs are the kernel's parameters, in launch order: all of them, even one whose every read was folded away."""
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
-      for s in u.src: uses[s] += 2 if u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?: (no blowup)
-    self.names: dict[UOp, str] = {}
+      for s in u.src: uses[s] += 2 if _guarded(u) else 1  # a guard repeats its operands: never inline into one
+    names = Names(self)
     counts: dict[str, int] = defaultdict(int)
     lines, depth, inlined = [], 1, {}
     prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
     for u in uops:
-      if u.op is Ops.PARAM: self.names[u] = f"data{u.arg[0]}"; continue
-      if u.op is Ops.DEFINE_LOCAL: self.names[u] = u.arg[0]
-      if u.op is Ops.BARRIER: self.names[u] = self.names[u.src[0]]
+      if u.op is Ops.PARAM: names[u] = f"data{u.arg[0]}"; continue
+      if u.op is Ops.DEFINE_LOCAL: names[u] = u.arg[0]
+      if u.op is Ops.BARRIER: names[u] = names[u.src[0]]
       if u.op in (Ops.RANGE, Ops.DEFINE_ACC):
-        self.names[u] = f"{prefixes[u.op]}{counts[prefixes[u.op]]}"; counts[prefixes[u.op]] += 1
+        names[u] = f"{prefixes[u.op]}{counts[prefixes[u.op]]}"; counts[prefixes[u.op]] += 1
       if u.op is Ops.SPECIAL:
-        self.names[u] = u.arg[0]
-        if u.arg[0][0] in self.ids: lines.append("  " * depth + f"int {u.arg[0]} = {string_rules.rewrite(u, self)}")
+        names[u] = u.arg[0]
+        if u.arg[0][0] in self.ids: lines.append("  " * depth + f"int {u.arg[0]} = {string_rules.rewrite(u, names)}")
         continue
-      text = string_rules.rewrite(u, self)
+      if (text := string_rules.rewrite(u, names)) is None:
+        raise NotImplementedError(f"the {self.device} renderer has no rule for {u.op.name} of {u.dtype}")
       if u.op is Ops.END: depth -= 1
       nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
       if u.op in (Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER):
         lines.append("  " * depth + text)
-      elif u.op is Ops.CONST or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC): self.names[u] = text
+      elif u.op is Ops.CONST or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC): names[u] = text
       elif uses[u] == 1 and u.op is not Ops.LOAD and nest <= 16:  # inline, but shallow: compilers parse long chains
-        self.names[u], inlined[u] = text, nest                     # by recursion, and people read short lines
+        names[u], inlined[u] = text, nest                          # by recursion, and people read short lines
       else:
         prefix = prefixes.get(u.op, "alu")
-        self.names[u] = f"{prefix}{counts[prefix]}"; counts[prefix] += 1
-        lines.append("  " * depth + f"{self.types[u.dtype]} {self.names[u]} = {text};")
+        names[u] = f"{prefix}{counts[prefix]}"; counts[prefix] += 1
+        lines.append("  " * depth + f"{self.types[u.dtype]} {names[u]} = {text};")
       if u.op is Ops.RANGE: depth += 1
-    return "\n".join(self.header(uops) + [self.signature(name, uops) + " {"] + lines + ["}"])
+    return "\n".join(self.header(uops) + [self.signature(name, bufs, uops) + " {"] + lines + ["}"])
 
 class CUDARenderer(Renderer):
   device, has_local, local_max, vector_alu = "CUDA", True, 1024, False
@@ -1560,10 +1643,10 @@ class CUDARenderer(Renderer):
     return ["#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"] + \
            (["#include <cuda_fp16.h>"] if any(u.dtype == dtypes.half for u in uops) else [])
   def vector(self, d, xs): return f"make_{self.types[d]}({','.join(xs)})"
-  def params(self, uops): return [f"{self.types[u.dtype]}* data{u.arg[0]}" for u in buffers(uops)]
-  def signature(self, name, uops):
+  def params(self, bufs, uops): return [f"{self.types[u.dtype]}* data{u.arg[0]}" for u in bufs]
+  def signature(self, name, bufs, uops):
     threads = prod(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"))
-    return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(self.params(uops))})"
+    return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(self.params(bufs, uops))})"
 
 class MetalRenderer(CUDARenderer):
   device, vector_alu = "METAL", True
@@ -1571,13 +1654,14 @@ class MetalRenderer(CUDARenderer):
   barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
   ids = {"g": "gid", "l": "lid"}
   types = CUDARenderer.types | {dtypes.long: "long", dtypes.char: "char", dtypes.uchar: "uchar", dtypes.uint32: "uint"}
+  suffixes = {dtypes.uint32: "u", dtypes.long: "l"}  # Metal's long is 64 bits, and it has no long long
   code_for_op = code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"}
   def header(self, uops): return ["#include <metal_stdlib>", "using namespace metal;"]
   def vector(self, d, xs): return f"{self.types[d]}({','.join(xs)})"
-  def params(self, uops): return [f"device {self.types[u.dtype]}* data{u.arg[0]}" for u in buffers(uops)]
-  def signature(self, name, uops):
+  def params(self, bufs, uops): return [f"device {self.types[u.dtype]}* data{u.arg[0]}" for u in bufs]
+  def signature(self, name, bufs, uops):
     ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
-    return f"{self.kernel_prefix} {name}({', '.join(self.params(uops) + ids)})"
+    return f"{self.kernel_prefix} {name}({', '.join(self.params(bufs, uops) + ids)})"
 
 class PythonRenderer(CUDARenderer):
   """The emulator runs the same lowered UOps as CUDA; its 'source' is the CUDA text, for reading."""
@@ -1639,8 +1723,11 @@ class CPURuntime:
   def synchronize(self): pass
 
 def _convert(d:DType, x):
-  """A C cast: float to int truncates toward zero (nan and inf, undefined in C, give 0)."""
-  if dtypes.is_int(d) and isinstance(x, float): x = int(x) if math.isfinite(x) else 0
+  """A C cast: float to int truncates toward zero. Where C leaves it undefined, it saturates at the int type's limits,
+  and nan is 0."""
+  if dtypes.is_int(d) and isinstance(x, float):
+    lo, hi = dtypes.limits(d)
+    x = 0 if math.isnan(x) else min(max(math.trunc(x) if math.isfinite(x) else x, lo), hi)
   return truncate(d, dtypes.python(d)(x))
 
 class Emulator:
