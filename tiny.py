@@ -719,7 +719,10 @@ class Tensor:
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, True)
   def __invert__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._bitop(Ops.XOR, -1)
   def maximum(self, x) -> Tensor: return self._alu(Ops.MAX, x)
-  def minimum(self, x) -> Tensor: a, b = self._broadcast(x); return (a < b).where(a, b)
+  def minimum(self, x) -> Tensor:  # through max, so a nan wins here too
+    a, b = self._broadcast(x)
+    return a._reverse_order().maximum(b._reverse_order())._reverse_order()
+  def _reverse_order(self) -> Tensor: return -self if dtypes.is_float(self.dtype) else ~self  # ~x never overflows
   def where(self, x, y) -> Tensor:
     cond, x, y = self.cast(dtypes.bool)._broadcast(x, y)
     x, y = x._broadcast(y)
@@ -775,8 +778,7 @@ class Tensor:
     x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim=False) -> Tensor:  # ~x reverses the order of any int and never overflows, -x does
-    return -((-self).max(axis, keepdim)) if dtypes.is_float(self.dtype) else ~((~self).max(axis, keepdim))
+  def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
   def mean(self, axis=None, keepdim=False) -> Tensor:
     count = prod(self.shape[i] for i in self._axes(axis))
     return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
