@@ -1588,7 +1588,11 @@ class PythonRenderer(CUDARenderer):
 # keyed by source and toolchain, stored as raw bytes: no pickle), and programs.
 # Runtimes know drivers; nothing else does.
 
-class CompileError(RuntimeError): pass
+class CompileError(RuntimeError): pass  # every device's: a runtime's own CompileError is raised again as this one
+
+def runtime(module:str):
+  """A GPU runtime, from beside tiny: in tiny's own package, or top-level when tiny is. It imports nothing from tiny."""
+  return importlib.import_module(f"{__package__}.{module}" if __package__ else module)
 
 def cache_dir() -> str:
   path = os.getenv("TINY_CACHE") or os.path.join(os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tiny")
@@ -1724,6 +1728,8 @@ class Compiled:
     self.name, self.runtime, self.renderer = name, runtime, renderer
     self.free_cache: dict[int, list] = defaultdict(list)
     self.programs: dict[str, Callable] = {}
+    # each runtime raises its own module's CompileError (runtimes import nothing from tiny); users catch tiny's
+    self.compile_error = sys.modules[type(runtime).__module__].CompileError
   def alloc(self, nbytes:int):
     if self.free_cache[nbytes]: return self.free_cache[nbytes].pop()
     try: return self.runtime.alloc(nbytes)
@@ -1736,24 +1742,27 @@ class Compiled:
   def program(self, prog:Program) -> Callable:
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
     if (prog.name, prog.src) not in self.programs:
-      key = hashlib.sha256(f"{self.runtime.compiler_id}\n{prog.src}".encode()).hexdigest()
-      path = os.path.join(cache_dir(), key + ".bin")
-      if os.path.exists(path) and not getenv("NOCACHE"):
-        with open(path, "rb") as f: binary = f.read()
-      else:
-        if DEBUG >= 3: print(f"compile {prog.name} for {self.name}")
-        binary = self.runtime.compile(prog.src)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir())
-        with os.fdopen(fd, "wb") as f: f.write(binary)
-        os.replace(tmp, path)  # atomic: a second process sees all of the file or none
-      self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, binary)
+      try: self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, self.binary(prog))
+      except self.compile_error as e: raise CompileError(str(e)) from None
     return self.programs[(prog.name, prog.src)]
+  def binary(self, prog:Program) -> bytes:
+    """The compiled kernel, from the disk cache when it holds it."""
+    key = hashlib.sha256(f"{self.runtime.compiler_id}\n{prog.src}".encode()).hexdigest()
+    path = os.path.join(cache_dir(), key + ".bin")
+    if os.path.exists(path) and not getenv("NOCACHE"):
+      with open(path, "rb") as f: return f.read()
+    if DEBUG >= 3: print(f"compile {prog.name} for {self.name}")
+    binary = self.runtime.compile(prog.src)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir())
+    with os.fdopen(fd, "wb") as f: f.write(binary)
+    os.replace(tmp, path)  # atomic: a second process sees all of the file or none
+    return binary
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
   kinds = {"CPU": (Renderer, CPURuntime), "PYTHON": (PythonRenderer, Emulator),
-           "CUDA": (CUDARenderer, lambda: importlib.import_module("cuda_rt").CUDADevice()),
-           "METAL": (MetalRenderer, lambda: importlib.import_module("metal_rt").MetalDevice())}
+           "CUDA": (CUDARenderer, lambda: runtime("cuda_rt").CUDADevice()),
+           "METAL": (MetalRenderer, lambda: runtime("metal_rt").MetalDevice())}
   def __init__(self): self.opened: dict[str, Compiled] = {}
   def canonical(self, name:str|None) -> str:
     name = (name or self.DEFAULT).upper()
@@ -1773,7 +1782,7 @@ class _Device:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
     for name in (["METAL"] if sys.platform == "darwin" else []) + ["CUDA"]:
       try: self[name]; return name
-      except (RuntimeError, OSError): pass
+      except Exception: pass  # no driver, no GPU, or a runtime that won't import: each means "not this one"
     return "CPU"
 Device = _Device()
 
