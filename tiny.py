@@ -3,7 +3,7 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
-import itertools, weakref, operator, atexit, shlex, shutil, warnings
+import itertools, weakref, operator, atexit, shlex, shutil, threading, warnings
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -1806,7 +1806,9 @@ class _Device:
   kinds = {"CPU": (Renderer, CPURuntime), "PYTHON": (PythonRenderer, Emulator),
            "CUDA": (CUDARenderer, lambda: runtime("cuda_rt").CUDADevice()),
            "METAL": (MetalRenderer, lambda: runtime("metal_rt").MetalDevice())}
-  def __init__(self): self.opened: dict[str, Compiled] = {}
+  def __init__(self):
+    self.opened: dict[str, Compiled] = {}
+    self.lock = threading.Lock()
   def canonical(self, name:str|None) -> str:
     name = (name or self.DEFAULT).upper()
     if name not in self.kinds: raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.kinds)}")
@@ -1816,10 +1818,13 @@ class _Device:
   def __getitem__(self, name:str) -> Compiled:
     name = self.canonical(name)
     if name not in self.opened:
-      renderer, runtime = self.kinds[name][0](), self.kinds[name][1]()
-      renderer.local_max = getattr(runtime, "local_max", renderer.local_max)
-      self.opened[name] = Compiled(name, runtime, renderer)
+      with self.lock:  # two threads opening one device at once get the same one, opened once
+        if name not in self.opened: self.opened[name] = self.open(name)
     return self.opened[name]
+  def open(self, name:str) -> Compiled:
+    renderer, runtime = self.kinds[name][0](), self.kinds[name][1]()
+    renderer.local_max = getattr(runtime, "local_max", renderer.local_max)
+    return Compiled(name, runtime, renderer)
   @functools.cached_property
   def DEFAULT(self) -> str:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
