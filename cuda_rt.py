@@ -1,13 +1,14 @@
 # cuda_rt.py: tiny's CUDA runtime, in ctypes and the standard library. NVRTC turns CUDA C++ into a CUBIN (or PTX) with
 # no GPU and no driver present; the driver API (libcuda) loads it and launches it. Both libraries load on first use,
-# so importing this file never fails on a machine without CUDA.
+# so importing this file never fails on a machine without CUDA. It imports nothing from tiny, which imports it from
+# beside itself (its own package, if it is in one).
 import ctypes, glob, os, site
 from ctypes import POINTER as P, byref, c_char, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint64, c_void_p
-from tiny import CompileError  # one class for every device's compiler
 
 NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
 
 class CUDAError(RuntimeError): pass     # a driver or NVRTC call failed
+class CompileError(RuntimeError): pass  # NVRTC rejected a kernel; tiny raises it again as tiny.CompileError
 
 # ***** library loading: the file an env var names, else the usual names in a CUDA toolkit and NVIDIA's pip wheels *****
 

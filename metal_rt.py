@@ -7,9 +7,10 @@ autoreleased (+0) and lives until the enclosing autorelease pool drains.
 """
 import collections, contextlib, ctypes, functools, math, sys
 from ctypes import POINTER, Structure, byref, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
-from tiny import CompileError  # one class for every device's compiler
 
 NSUInteger, NSInteger = c_ulong, c_long  # 64-bit on every Mac (LP64), on arm64 and x86_64 alike
+
+class CompileError(RuntimeError): pass  # Metal rejected a kernel; tiny raises it again as tiny.CompileError
 
 class MTLSize(Structure):
   _fields_ = [("width", NSUInteger), ("height", NSUInteger), ("depth", NSUInteger)]

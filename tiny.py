@@ -3,13 +3,22 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
-import itertools, weakref, operator, threading
+import itertools, weakref, operator, atexit, shlex, shutil, threading, warnings
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any, Callable, Sequence
 
-def getenv(key:str, default=0): return type(default)(os.getenv(key, default))
+def getenv(key:str, default:int=0, least:int=0) -> int:
+  """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
+  value = os.getenv(key) or str(default)
+  try: n = int(value)
+  except ValueError: n = least - 1  # not a number: as wrong as one too small
+  if n < least: raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
+  return n
+
+@functools.cache
+def threads() -> int: return getenv("THREADS", os.cpu_count() or 1, least=1)  # CPU threads a big kernel splits across
 def prod(xs) -> int: return functools.reduce(operator.mul, xs, 1)
 def cdiv(a:int, b:int) -> int: return -(-a // b)
 
@@ -1578,7 +1587,9 @@ class Names(dict):
 class Renderer:
   """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
   ext_vector_type) give float4 loads and stores."""
-  device, has_local, local_max, cores = "CPU", False, 1, getenv("THREADS", os.cpu_count() or 1)
+  device, has_local, local_max = "CPU", False, 1
+  @property
+  def cores(self) -> int: return threads()
   vector_alu = True  # `+` on float4 values: GCC/Clang vectors and Metal have it, CUDA's float4 does not
   kernel_prefix, buffer_prefix, local_prefix, barrier = "void", "", "", ""
   ids: dict[str, str] = {}
@@ -1674,41 +1685,74 @@ class PythonRenderer(CUDARenderer):
 # keyed by source and toolchain, stored as raw bytes: no pickle), and programs.
 # Runtimes know drivers; nothing else does.
 
-class CompileError(RuntimeError): pass
+class CompileError(RuntimeError): pass  # every device's: a runtime's own CompileError is raised again as this one
+
+def runtime(module:str):
+  """A GPU runtime, from beside tiny: in tiny's own package, or top-level when tiny is. It imports nothing from tiny."""
+  return importlib.import_module(f"{__package__}.{module}" if __package__ else module)
+
+@functools.cache
+def scratch() -> str:
+  """This process's own folder, removed at exit: libraries load from here, so a load never writes into the cache."""
+  path = tempfile.mkdtemp(prefix="tiny-")
+  atexit.register(shutil.rmtree, path, True)
+  return path
+
+@functools.cache
+def usable(path:str) -> str:
+  """path, or where it can't be made or written (a file in its way, no writable home), scratch() with one warning."""
+  try: os.makedirs(path, exist_ok=True)
+  except OSError as e: why = e.strerror
+  else:
+    if os.access(path, os.W_OK | os.X_OK): return path
+    why = "not writable"
+  warnings.warn(f"tiny can't keep compiled kernels in {path} ({why}): it keeps them in {scratch()} until it exits")
+  return scratch()
 
 def cache_dir() -> str:
-  path = os.getenv("TINY_CACHE") or os.path.join(os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tiny")
-  os.makedirs(path, exist_ok=True)
-  return path
+  xdg = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+  return usable(os.getenv("TINY_CACHE") or os.path.join(xdg, "tiny"))
 
 class CPURuntime:
   """Kernels compiled by the system C compiler into a shared library, called through ctypes."""
   local_max = 1
+  # -fwrapv: int overflow wraps, as on every GPU and in the emulator, not undefined behaviour the optimizer folds away.
+  # -fno-tree-loop-vectorize: tiny vectorizes for itself (float4), and gcc 12 re-vectorizing a loop that reads
+  # backwards sums wrong (the sum of a [:, ::-1] view of 17x2 floats).
+  flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fwrapv", "-fno-tree-loop-vectorize"]
   def __init__(self):
-    self.cc = os.getenv("CC", "cc")
-    try:
-      version = subprocess.run([self.cc, "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
+    self.cc = os.getenv("CC") or "cc"
+    self.command = shlex.split(self.cc)  # may carry arguments: "ccache gcc", "gcc -fsanitize=undefined"
+    try: version = self.run("--version", check=True).stdout.split("\n")[0]
     except (OSError, subprocess.CalledProcessError) as e:
       raise RuntimeError(f"the CPU device compiles kernels with a C compiler, but {self.cc!r} can't run ({e}); "
                          "install gcc or clang, or set $CC to one") from None
-    native = subprocess.run([self.cc, "-march=native", "-E", "-x", "c", "-"], input="",
-                            capture_output=True).returncode == 0
-    self.flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno"] + (["-march=native"] if native else [])
-    self.compiler_id = f"{version} {' '.join(self.flags)}"
-    self.pool = concurrent.futures.ThreadPoolExecutor(Renderer.cores)
+    # the cache key names what decides the binary: the compiler's file and version, and the target (what
+    # -march=native means on this CPU, by its predefined macros: __AVX512F__ and the like), so a shared cache is safe
+    native = self.run(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
+    if native.returncode == 0: self.flags = [*self.flags, "-march=native"]
+    target = native if native.returncode == 0 else self.run(*self.flags, "-dM", "-E", "-x", "c", "-")
+    self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
+                       f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
+    self.pool = concurrent.futures.ThreadPoolExecutor(threads())
+  def run(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
+    return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
-      proc = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out, "-lm"], input=src,
-                            capture_output=True, text=True)
+      proc = self.run(*self.flags, "-x", "c", "-", "-o", out, "-lm", src=src)
       if proc.returncode != 0: raise CompileError(f"{self.cc} failed to compile this kernel:\n{proc.stderr}\n{src}")
+      if not os.path.exists(out): raise CompileError(f"{self.cc} exited with success but produced no output:\n{src}")
       with open(out, "rb") as f: return f.read()
   def load(self, name:str, binary:bytes) -> Callable:
-    fd, path = tempfile.mkstemp(suffix=".so", dir=cache_dir())
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(binary)
-      fn = ctypes.CDLL(path)[name]
+    fd, path = tempfile.mkstemp(suffix=".so", dir=scratch())
+    with os.fdopen(fd, "wb") as f: f.write(binary)
+    try: lib = ctypes.CDLL(path)
+    except OSError as e:  # the loader names the file, deleted by now: say whose output it was instead
+      raise CompileError(f"{self.cc} built a library that won't load: {str(e).removeprefix(path + ': ')}") from None
     finally: os.unlink(path)  # the loaded library stays mapped
+    try: fn = lib[name]
+    except AttributeError: raise CompileError(f"the C source has no function named {name!r}") from None
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
       if global_size[0] == 1: fn(*bufs)
@@ -1813,6 +1857,8 @@ class Compiled:
     self.name, self.runtime, self.renderer = name, runtime, renderer
     self.free_cache: dict[int, list] = defaultdict(list)
     self.programs: dict[str, Callable] = {}
+    # each runtime raises its own module's CompileError (runtimes import nothing from tiny); users catch tiny's
+    self.compile_error = sys.modules[type(runtime).__module__].CompileError
   def alloc(self, nbytes:int):
     if self.free_cache[nbytes]: return self.free_cache[nbytes].pop()
     try: return self.runtime.alloc(nbytes)
@@ -1825,25 +1871,33 @@ class Compiled:
   def program(self, prog:Program) -> Callable:
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
     if (prog.name, prog.src) not in self.programs:
-      key = hashlib.sha256(f"{self.runtime.compiler_id}\n{prog.src}".encode()).hexdigest()
-      path = os.path.join(cache_dir(), key + ".bin")
-      if os.path.exists(path) and not getenv("NOCACHE"):
-        with open(path, "rb") as f: binary = f.read()
-      else:
-        if DEBUG >= 3: print(f"compile {prog.name} for {self.name}")
-        binary = self.runtime.compile(prog.src)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir())
-        with os.fdopen(fd, "wb") as f: f.write(binary)
-        os.replace(tmp, path)  # atomic: a second process sees all of the file or none
-      self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, binary)
+      try: self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, self.binary(prog))
+      except self.compile_error as e: raise CompileError(str(e)) from None
     return self.programs[(prog.name, prog.src)]
+  def binary(self, prog:Program) -> bytes:
+    """The compiled kernel, from the disk cache when it holds it. An entry starts with the hash of its key and binary,
+    so one that is truncated, corrupt or stored under another key is rebuilt, never loaded."""
+    key = f"{self.runtime.compiler_id}\n{prog.src}".encode()
+    path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + ".bin")
+    if not getenv("NOCACHE") and os.path.exists(path):
+      with open(path, "rb") as f: entry = f.read()
+      if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
+      if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: compiling {prog.name} again")
+    if getenv("DEBUG") >= 3: print(f"compile {prog.name} for {self.name}")
+    binary = self.runtime.compile(prog.src)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
+    with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + binary).digest() + binary)
+    os.replace(tmp, path)  # atomic: a second process sees all of the entry or none
+    return binary
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
   kinds = {"CPU": (Renderer, CPURuntime), "PYTHON": (PythonRenderer, Emulator),
-           "CUDA": (CUDARenderer, lambda: importlib.import_module("cuda_rt").CUDADevice()),
-           "METAL": (MetalRenderer, lambda: importlib.import_module("metal_rt").MetalDevice())}
-  def __init__(self): self.opened: dict[str, Compiled] = {}
+           "CUDA": (CUDARenderer, lambda: runtime("cuda_rt").CUDADevice()),
+           "METAL": (MetalRenderer, lambda: runtime("metal_rt").MetalDevice())}
+  def __init__(self):
+    self.opened: dict[str, Compiled] = {}
+    self.lock = threading.Lock()
   def canonical(self, name:str|None) -> str:
     name = (name or self.DEFAULT).upper()
     if name not in self.kinds: raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.kinds)}")
@@ -1853,16 +1907,19 @@ class _Device:
   def __getitem__(self, name:str) -> Compiled:
     name = self.canonical(name)
     if name not in self.opened:
-      renderer, runtime = self.kinds[name][0](), self.kinds[name][1]()
-      renderer.local_max = getattr(runtime, "local_max", renderer.local_max)
-      self.opened[name] = Compiled(name, runtime, renderer)
+      with self.lock:  # two threads opening one device at once get the same one, opened once
+        if name not in self.opened: self.opened[name] = self.open(name)
     return self.opened[name]
+  def open(self, name:str) -> Compiled:
+    renderer, runtime = self.kinds[name][0](), self.kinds[name][1]()
+    renderer.local_max = getattr(runtime, "local_max", renderer.local_max)
+    return Compiled(name, runtime, renderer)
   @functools.cached_property
   def DEFAULT(self) -> str:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
     for name in (["METAL"] if sys.platform == "darwin" else []) + ["CUDA"]:
       try: self[name]; return name
-      except (RuntimeError, OSError): pass
+      except Exception: pass  # no driver, no GPU, or a runtime that won't import: each means "not this one"
     return "CPU"
 Device = _Device()
 
@@ -1891,7 +1948,6 @@ class Buffer:
 # ---------------------------------------------------------------------------------------------------------------------
 # Running a schedule, and seeing what it would run.
 
-DEBUG = getenv("DEBUG")
 program_cache: dict[tuple[UOp, str], Program] = {}
 
 def to_program(ast:UOp, device:str) -> Program:
@@ -1902,17 +1958,17 @@ def to_program(ast:UOp, device:str) -> Program:
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
-  total = 0.0
+  total, debug = 0.0, getenv("DEBUG")
   for i, item in enumerate(items):
     if all(b.size == 0 for b in item.bufs[:len(item.ast.src)]):  # nothing to compute, and a GPU can't launch 0 blocks
       realized.update({u: weakref.ref(v) for u, v in item.outs.items()})
       continue
     device = item.bufs[0].device
     prog = to_program(item.ast, device)
-    if DEBUG >= 4: print(prog.src)
+    if debug >= 4: print(prog.src)
     tm = Device[device].program(prog)(*[b.buf for b in item.bufs], global_size=prog.global_size,
-                                      local_size=prog.local_size, wait=wait or DEBUG >= 2)
-    if DEBUG >= 2:
+                                      local_size=prog.local_size, wait=wait or debug >= 2)
+    if debug >= 2:
       flops, mem = prog.info
       print(f"*** {device:6s} {i:4d} {prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
             f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
