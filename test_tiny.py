@@ -1395,6 +1395,34 @@ def test_signed_overflow_wraps_on_every_device():
     assert ((t + 1) > t).tolist() == [False, True]
     assert (t * 2).tolist() == [-2, 10]
 
+UB_PROGRAM = """
+from tiny import Tensor, dtypes, Ops
+nan, inf = float("nan"), float("inf")
+x = Tensor([[1.5, -2.0, nan, 3.0, 0.0, -0.0, 7.25], [inf, -inf, 1e30, -1e30, 2.0, 5.0, -3.5]])
+for d in ("int", "uint", "char", "uchar", "long", "bool", "half"):
+  x.cast(d).tolist(); x.half().cast(d).tolist()
+i = Tensor([2**31 - 1, -2**31, 5, -7, 0, 1, 33], dtype="int")
+for d in ("int", "uint", "char", "uchar", "long"):
+  a = i.cast(d)
+  (a + a * 3 - a).tolist(); (a << a).tolist(); (a >> a).tolist(); (~a).tolist(); a.max().tolist(); a.min().tolist()
+  Tensor(a.uop.alu(Ops.IDIV, a.uop)).tolist(); Tensor(a.uop.alu(Ops.MOD, (a - 5).uop)).tolist()
+m = Tensor([True, False, True])
+(m + m).tolist(); (m * m).tolist(); (m ^ m).tolist()
+f = Tensor([[float(k % 13) - 6.5 for k in range(j, j + 37)] for j in range(19)])
+(f.softmax() @ f.T).sum(axis=0).tolist(); f[:, ::-2].pad(((1, 2), (3, 0))).flip(0).max(axis=1).tolist()
+f.exp().log().sqrt().sin().tolist(); (f / 0.0).tolist(); f.half().sum().tolist()
+Tensor([1.0, 2.0, 3.0, 4.0, 5.0]).reshape(5, 1, 1).expand(5, 2**16, 2**15).reshape(-1)[2**31 + 3:2**31 + 40].tolist()
+Tensor.ones(4100, 1025).sum(axis=1).tolist()  # big enough for CPU threads
+print("clean")
+"""
+
+def test_cpu_kernels_have_no_undefined_behaviour(tmp_path):
+  """Edge values of every op, every dtype, gated and threaded kernels, built with gcc's UB sanitizer: any undefined
+  behaviour the C has (overflow, bad shifts, float->int out of range, division by zero) aborts the run."""
+  sanitize = "-fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=all"
+  out = run_python(UB_PROGRAM, tmp_path, CC=f"cc {sanitize}", DEVICE="CPU", THREADS="2")
+  assert out.returncode == 0 and out.stdout.strip().endswith("clean"), out.stdout
+
 def test_two_threads_lower_and_run_new_kernels_at_once():
   def work(seed: int) -> list:
     out = []
