@@ -2,9 +2,9 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
+import os, sys, math, importlib, _ctypes, mmap, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
 import itertools, weakref, operator, atexit, shlex, shutil, threading, warnings
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any, Callable, Sequence
@@ -1667,6 +1667,8 @@ class CPURuntime:
     finally: os.unlink(path)  # the loaded library stays mapped
     try: fn = lib[name]
     except AttributeError: raise CompileError(f"the C source has no function named {name!r}") from None
+    # unmapped once nothing can call into it: fn holds lib, and run (in Compiled.programs, or a RawKernel) holds fn
+    weakref.finalize(lib, _ctypes.dlclose, lib._handle).atexit = False
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
       if global_size[0] == 1: fn(*bufs)
@@ -1676,7 +1678,10 @@ class CPURuntime:
         for f in rest: f.result()
       return time.perf_counter() - start
     return run
-  def alloc(self, nbytes:int): return (ctypes.c_uint8 * max(nbytes, 1))()
+  def alloc(self, nbytes:int):
+    # a big buffer gets its own mapping, so freeing it gives its memory back to the system: malloc might keep it
+    if nbytes >= 2**20: return (ctypes.c_uint8 * nbytes).from_buffer(mmap.mmap(-1, nbytes))
+    return (ctypes.c_uint8 * max(nbytes, 1))()
   def free(self, buf): pass
   def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
@@ -1763,28 +1768,52 @@ def run_thread(t:Thread):
     elif u.op in emulated: vals[u] = emulated[u.op](t, u, src)
     pc += 1
 
+def reuse_bytes() -> int:
+  """How much freed memory a device keeps for reuse: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; LRU=0: none."""
+  ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
+
 class Compiled:
+  """A device: its runtime, behind two bounded caches that let go of what was used longest ago first: freed buffers
+  (by bytes), and loaded programs (LRU_PROGRAMS of them; an evicted program is unloaded once nothing can call it)."""
   def __init__(self, name:str, runtime, renderer:Renderer):
     self.name, self.runtime, self.renderer = name, runtime, renderer
-    self.free_cache: dict[int, list] = defaultdict(list)
-    self.programs: dict[str, Callable] = {}
+    self.free_cache: OrderedDict[int, list] = OrderedDict()  # nbytes -> freed buffers, the size freed longest ago first
+    self.cached, self.cache_max = 0, reuse_bytes()
+    self.programs: OrderedDict[tuple[str, str], Callable] = OrderedDict()
+    self.programs_max = getenv("LRU_PROGRAMS", 1000, least=1)
     # each runtime raises its own module's CompileError (runtimes import nothing from tiny); users catch tiny's
     self.compile_error = sys.modules[type(runtime).__module__].CompileError
   def alloc(self, nbytes:int):
-    if self.free_cache[nbytes]: return self.free_cache[nbytes].pop()
+    if bufs := self.free_cache.get(nbytes):
+      buf = bufs.pop()
+      if not bufs: del self.free_cache[nbytes]
+      self.cached -= nbytes
+      return buf
     try: return self.runtime.alloc(nbytes)
     except (MemoryError, RuntimeError):  # the cache may hold what we need: give it back and try once more
-      for bufs in self.free_cache.values():
-        for b in bufs: self.runtime.free(b)
-      self.free_cache.clear()
+      self.trim(0)
       return self.runtime.alloc(nbytes)
-  def free(self, buf, nbytes:int): self.free_cache[nbytes].append(buf)
+  def free(self, buf, nbytes:int):
+    self.free_cache.setdefault(nbytes, []).append(buf)
+    self.free_cache.move_to_end(nbytes)
+    self.cached += nbytes
+    self.trim(self.cache_max)
+  def trim(self, limit:int):
+    while self.cached > limit:
+      nbytes, bufs = next(iter(self.free_cache.items()))
+      self.runtime.free(bufs.pop(0))
+      if not bufs: del self.free_cache[nbytes]
+      self.cached -= nbytes
   def program(self, prog:Program) -> Callable:
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
-    if (prog.name, prog.src) not in self.programs:
-      try: self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, self.binary(prog))
+    key = (prog.name, prog.src)
+    if key in self.programs: self.programs.move_to_end(key)
+    else:
+      try: self.programs[key] = self.runtime.load(prog.name, self.binary(prog))
       except self.compile_error as e: raise CompileError(str(e)) from None
-    return self.programs[(prog.name, prog.src)]
+      if len(self.programs) > self.programs_max: self.programs.popitem(last=False)
+    return self.programs[key]
   def binary(self, prog:Program) -> bytes:
     """The compiled kernel, from the disk cache when it holds it. An entry starts with the hash of its key and binary,
     so one that is truncated, corrupt or stored under another key is rebuilt, never loaded."""
