@@ -897,9 +897,11 @@ class Tensor:
 
   # --- realization
   def realize(self, *others:Tensor) -> Tensor:
-    items = schedule([self, *others])  # held until each tensor holds its own buffer
-    run_schedule(items)
-    for t in (self, *others): t.uop = realized_view(t.uop) or t.uop
+    ts = (self, *others)
+    # each device runs its own tensors' kernels; the items are held until each tensor holds its own buffer
+    items = [schedule([t for t in ts if t.device == d]) for d in dict.fromkeys(t.device for t in ts)]
+    for group in items: run_schedule(group)
+    for t in ts: t.uop = realized_view(t.uop) or t.uop
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -1723,26 +1725,33 @@ class Thread:
   local: dict
   gid: tuple
   lid: tuple
-  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, int, str]:
-    """Where a load or store goes, bounds-checked: an access outside its buffer is a lowering bug, caught here."""
+  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, DType, int]:
+    """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
+    size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
+    buffer's whole float4s (Buffer.allocated), shared memory's declared length."""
     buf = u.src[0].src[0] if u.src[0].op is Ops.BARRIER else u.src[0]  # shared memory read after a barrier
-    mem = self.local[buf] if buf.op is Ops.DEFINE_LOCAL else self.bufs[buf.arg[0]]
-    size = len(mem) // buf.dtype.itemsize
-    if not 0 <= addr <= size - lanes:
+    size, shared = buf.arg[1], buf.op is Ops.DEFINE_LOCAL
+    if not 0 <= addr <= (size if shared else cdiv(size, 4) * 4) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-    return mem, addr * buf.dtype.itemsize, f"{lanes}{buf.dtype.fmt}"
+    return self.local[buf] if shared else self.bufs[buf.arg[0]], buf.dtype, max(0, min(lanes, size - addr))
+  # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
+  # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, src:list):
     if u.src[0].op is Ops.DEFINE_ACC: return src[0]
+    n = u.dtype.count
     if len(src) > 2 and not src[2]:  # a gated-off load reads 0
       zero = dtypes.python(u.dtype.scalar)(0)
-      return zero if u.dtype.count == 1 else (zero,) * u.dtype.count
-    mem, offset, fmt = self.access(u, src[1], u.dtype.count)
-    out = struct.unpack_from(fmt, mem, offset)
-    return out[0] if u.dtype.count == 1 else out
+      return zero if n == 1 else (zero,) * n
+    mem, dtype, inside = self.access(u, src[1], n)
+    start = src[1] * dtype.itemsize
+    data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
+    out = struct.unpack(f"{n}{dtype.fmt}", data)
+    return out[0] if n == 1 else out
   def store(self, u:UOp, src:list):
     if len(src) > 3 and not src[3]: return
-    mem, offset, fmt = self.access(u, src[1], u.src[2].dtype.count)
-    struct.pack_into(fmt, mem, offset, *(src[2] if u.src[2].dtype.count > 1 else [src[2]]))
+    n = u.src[2].dtype.count
+    mem, dtype, inside = self.access(u, src[1], n)
+    struct.pack_into(f"{inside}{dtype.fmt}", mem, src[1] * dtype.itemsize, *(src[2] if n > 1 else [src[2]])[:inside])
 
 # what each op computes in an emulated thread: with exec_alu, this table is the emulator's whole semantics
 emulated: dict[Ops, Callable[[Thread, UOp, list], Any]] = {
@@ -1769,7 +1778,7 @@ def run_thread(t:Thread):
     pc += 1
 
 def reuse_bytes() -> int:
-  """How much freed memory a device keeps for reuse: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; LRU=0: none."""
+  """Bytes of freed buffers a device keeps: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; with LRU=0, none."""
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
 
