@@ -2,8 +2,8 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, importlib, _ctypes, mmap, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
-import itertools, weakref, operator, atexit, shlex, shutil, threading, warnings
+import os, sys, math, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
+import functools, itertools, weakref, operator, atexit, mmap, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -1616,7 +1616,8 @@ def scratch() -> str:
 
 @functools.cache
 def usable(path:str) -> str:
-  """path, or where it can't be made or written (a file in its way, no writable home), scratch() with one warning."""
+  """The cache folder at path; where it can't be made or written (a file in its way, no writable home), this
+  process's scratch() folder instead, with one warning."""
   try: os.makedirs(path, exist_ok=True)
   except OSError as e: why = e.strerror
   else:
@@ -1636,41 +1637,45 @@ class CPURuntime:
   # -fno-tree-loop-vectorize: tiny vectorizes for itself (float4), and gcc 12 re-vectorizing a loop that reads
   # backwards sums wrong (the sum of a [:, ::-1] view of 17x2 floats).
   flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fwrapv", "-fno-tree-loop-vectorize"]
+  kernel = ctypes.CFUNCTYPE(None)  # a void C function; ctypes passes each array it is called with as its address
   def __init__(self):
     self.cc = os.getenv("CC") or "cc"
     self.command = shlex.split(self.cc)  # may carry arguments: "ccache gcc", "gcc -fsanitize=undefined"
-    try: version = self.run("--version", check=True).stdout.split("\n")[0]
+    try: version = self.compiler("--version", check=True).stdout.split("\n")[0]
     except (OSError, subprocess.CalledProcessError) as e:
       raise RuntimeError(f"the CPU device compiles kernels with a C compiler, but {self.cc!r} can't run ({e}); "
                          "install gcc or clang, or set $CC to one") from None
     # the cache key names what decides the binary: the compiler's file and version, and the target (what
     # -march=native means on this CPU, by its predefined macros: __AVX512F__ and the like), so a shared cache is safe
-    native = self.run(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
+    native = self.compiler(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
     if native.returncode == 0: self.flags = [*self.flags, "-march=native"]
-    target = native if native.returncode == 0 else self.run(*self.flags, "-dM", "-E", "-x", "c", "-")
+    target = native if native.returncode == 0 else self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.pool = concurrent.futures.ThreadPoolExecutor(threads())
-  def run(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
+  def compiler(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
     return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
-      proc = self.run(*self.flags, "-x", "c", "-", "-o", out, "-lm", src=src)
+      proc = self.compiler(*self.flags, "-x", "c", "-", "-o", out, "-lm", src=src)
       if proc.returncode != 0: raise CompileError(f"{self.cc} failed to compile this kernel:\n{proc.stderr}\n{src}")
       if not os.path.exists(out): raise CompileError(f"{self.cc} exited with success but produced no output:\n{src}")
       with open(out, "rb") as f: return f.read()
   def load(self, name:str, binary:bytes) -> Callable:
     fd, path = tempfile.mkstemp(suffix=".so", dir=scratch())
     with os.fdopen(fd, "wb") as f: f.write(binary)
-    try: lib = ctypes.CDLL(path)
+    try: lib = _ctypes.dlopen(path, ctypes.DEFAULT_MODE)
     except OSError as e:  # the loader names the file, deleted by now: say whose output it was instead
       raise CompileError(f"{self.cc} built a library that won't load: {str(e).removeprefix(path + ': ')}") from None
     finally: os.unlink(path)  # the loaded library stays mapped
-    try: fn = lib[name]
-    except AttributeError: raise CompileError(f"the C source has no function named {name!r}") from None
-    # unmapped once nothing can call into it: fn holds lib, and run (in Compiled.programs, or a RawKernel) holds fn
-    weakref.finalize(lib, _ctypes.dlclose, lib._handle).atexit = False
+    try: fn = CPURuntime.kernel(_ctypes.dlsym(lib, name))
+    except OSError:
+      _ctypes.dlclose(lib)
+      raise CompileError(f"the C source has no function named {name!r}") from None
+    # unmapped once nothing can call into it: what calls fn holds it (run, in Compiled.programs or a RawKernel, and
+    # the pool's tasks); ctypes' own CDLL functions live in reference cycles, so they would stay until a gc pass
+    weakref.finalize(fn, _ctypes.dlclose, lib).atexit = False
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
       if global_size[0] == 1: fn(*bufs)
@@ -1809,6 +1814,7 @@ class Compiled:
     self.cached += nbytes
     self.trim(self.cache_max)
   def trim(self, limit:int):
+    """Frees cached buffers, the size freed longest ago first, until the cache holds at most limit bytes."""
     while self.cached > limit:
       nbytes, bufs = next(iter(self.free_cache.items()))
       self.runtime.free(bufs.pop(0))
