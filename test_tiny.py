@@ -4,8 +4,8 @@ Every expected value is computed here from nested Python lists (never by tiny, n
 odd, non-square shapes, so that tails, masks, strides and broadcasts all get exercised. Inputs are rounded to float32
 first, so a reference sees exactly the numbers the kernel sees.
 """
-import array, concurrent.futures, ctypes, dataclasses, gc, itertools, math, operator, os, random, re, struct, subprocess
-import sys, textwrap
+import array, concurrent.futures, ctypes, dataclasses, gc, hashlib, itertools, math, operator, os, random, re, shutil
+import struct, subprocess, sys, textwrap, threading, time
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
 import pytest
@@ -145,10 +145,10 @@ def record_lowered_kernels():
   yield
   tiny.to_program = lower
 
-def run_python(code: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
+def run_python(code: str, tmp_path: Path, cwd: Path = HERE, **env) -> subprocess.CompletedProcess:
   """Runs `code` in a fresh interpreter with its own kernel cache; stdout and stderr come back interleaved."""
   full_env = {**os.environ, "DEBUG": "0", "TINY_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(HERE), **env}
-  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=HERE, env=full_env, timeout=300,
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=full_env, timeout=300,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1445,6 +1445,256 @@ def test_rules_that_undo_each_other_raise_instead_of_hanging():
   swap = tiny.PatternMatcher([(tiny.UPat(tiny.Ops.ADD, src=(a, b)), lambda a, b: tiny.UOp(tiny.Ops.ADD, a.dtype, (b, a)))])
   x, y = tiny.UOp.const(dtypes.int, 1), tiny.UOp(tiny.Ops.RANGE, dtypes.int, (tiny.UOp.const(dtypes.int, 3),), (0, "x"))
   with pytest.raises(RuntimeError, match="fixed point.*ADD"): tiny.graph_rewrite(x + y, swap)
+
+# ------------------------------------------------------------------------------------------------------------------
+# never a silent wrong answer: tiny copied into a project, a compile cache that can't hurt a run, C compiler flags
+# without undefined behaviour, devices opened once, bounded memory, devices kept apart, settings that name themselves
+
+def vendored(tmp_path: Path) -> Path:
+  """tiny's three files copied into app/third_party/tiny_engine under tmp_path, as a project would vendor them."""
+  pkg = tmp_path / "app" / "third_party" / "tiny_engine"
+  pkg.mkdir(parents=True)
+  for folder in (pkg.parent.parent, pkg.parent, pkg): (folder / "__init__.py").write_text("")
+  for name in ("tiny.py", "cuda_rt.py", "metal_rt.py"): shutil.copy(HERE / name, pkg)
+  return tmp_path
+
+def test_tiny_copied_into_a_package_imports_its_own_runtimes(tmp_path):
+  root = vendored(tmp_path)
+  (root / "cuda_rt.py").write_text("raise ImportError('imported the cuda_rt.py of the current folder')\n")
+  r = run_python("""
+    import sys
+    from app.third_party.tiny_engine import tiny
+    from app.third_party.tiny_engine.tiny import Tensor
+    print((Tensor([1.0, 2.0]) + 1).tolist(), Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).tolist())
+    print([tiny.render(Tensor.empty(4, 4) * 2, device=d)[0].name for d in ("CUDA", "METAL")], tiny.Device.DEFAULT)
+    print(sorted(m for m in sys.modules if m.endswith(("cuda_rt", "metal_rt"))))
+  """, tmp_path, cwd=root, PYTHONPATH=str(root))
+  values, names, modules = r.stdout.splitlines()
+  assert values == "[2.0, 3.0] [3.0, 7.0]" and names.startswith("['E_4_4', 'E_4_4'] "), r.stdout
+  assert "'cuda_rt'" not in modules and "'metal_rt'" not in modules, r.stdout
+
+def test_a_runtime_that_fails_to_import_leaves_the_default_device_to_the_next(tmp_path):
+  shutil.copy(HERE / "tiny.py", tmp_path)
+  (tmp_path / "cuda_rt.py").write_text("raise SyntaxError('a broken runtime')\n")
+  r = run_python("from tiny import Device, Tensor\nprint(Device.DEFAULT, (Tensor([1.0]) * 3).tolist())", tmp_path,
+                 cwd=tmp_path, PYTHONPATH=str(tmp_path))
+  assert r.stdout in ("CPU [3.0]\n", "METAL [3.0]\n"), r.stdout
+
+@needs_nvrtc
+def test_a_cuda_compile_error_is_a_tiny_compile_error():
+  gpu = object.__new__(cuda_rt.CUDADevice)  # NVRTC compiles for it with no GPU present
+  gpu.arch, gpu.ptx, gpu.compiler_id = "sm_90", False, "nvrtc-sm_90-cubin"
+  src = 'extern "C" __global__ void k(float* a) { a[0] = undefined_b; }'
+  with pytest.raises(tiny.CompileError, match="undefined_b"):
+    tiny.Compiled("CUDA", gpu, tiny.CUDARenderer()).program(tiny.Program("k", src, [], (1,), (1,), "CUDA"))
+
+CACHE_SCRIPT = "from tiny import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 7 + 0.25).tolist())"
+DAMAGE = {  # an entry is the sha256 of its key and binary, then the binary
+  "truncated": lambda entry: entry[:len(entry) // 2], "empty": lambda entry: b"",
+  "one byte flipped": lambda entry: entry[:100] + bytes([entry[100] ^ 1]) + entry[101:],
+  "without its hash": lambda entry: entry[32:],
+  "stored under another key": lambda entry: hashlib.sha256(b"another key" + entry[32:]).digest() + entry[32:]}
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_cache_entry_is_reported_once_and_rebuilt(tmp_path, damage):
+  assert run_python(CACHE_SCRIPT, tmp_path, DEVICE="CPU").stdout == "[7.25, 14.25, 21.25]\n"
+  entry, = (tmp_path / "cache").iterdir()
+  good = entry.read_bytes()
+  entry.write_bytes(DAMAGE[damage](good))
+  r = run_python(CACHE_SCRIPT, tmp_path, DEVICE="CPU", DEBUG="1")
+  assert r.stdout == f"the cached kernel {entry} is damaged: compiling E_3 again\n[7.25, 14.25, 21.25]\n", r.stdout
+  assert entry.read_bytes() == good
+
+def test_an_unusable_cache_folder_falls_back_with_one_warning(tmp_path):
+  (tmp_path / "file").write_text("a file where the cache folder would go")
+  r = run_python("from tiny import Tensor\nprint((Tensor([1.0, 2.0]) + 1).tolist(), (Tensor([4.0]) * 2).tolist())",
+                 tmp_path, DEVICE="CPU", TINY_CACHE=str(tmp_path / "file" / "sub"))
+  assert r.returncode == 0 and r.stdout.count("UserWarning") == 1 and "[2.0, 3.0] [8.0]" in r.stdout, r.stdout
+  assert f"can't keep compiled kernels in {tmp_path / 'file' / 'sub'} (Not a directory)" in r.stdout, r.stdout
+
+def test_a_cache_hit_writes_nothing_into_the_cache_folder(tmp_path):
+  cache = tmp_path / "cache"
+  run_python(CACHE_SCRIPT, tmp_path, DEVICE="CPU")
+  before = (cache.stat().st_mtime_ns, sorted(cache.iterdir()))
+  assert run_python(CACHE_SCRIPT, tmp_path, DEVICE="CPU").stdout == "[7.25, 14.25, 21.25]\n"
+  assert (cache.stat().st_mtime_ns, sorted(cache.iterdir())) == before  # no file made in it, not even a deleted one
+
+FAKE_CC = """#!/bin/sh
+case "$*" in
+  *--version*) echo "fakecc $FAKE_VERSION";;
+  *-dM*) echo "#define __FAKE_TARGET__ $FAKE_TARGET";;
+esac
+"""
+
+def test_the_cache_key_names_the_compilers_file_and_version_and_the_real_target(monkeypatch, tmp_path):
+  for name in ("cc", "cc2"):
+    (tmp_path / name).write_text(FAKE_CC)
+    (tmp_path / name).chmod(0o755)
+  def key(cc, version, target):
+    for var, value in (("CC", str(tmp_path / cc)), ("FAKE_VERSION", version), ("FAKE_TARGET", target)):
+      monkeypatch.setenv(var, value)
+    return tiny.CPURuntime().compiler_id
+  keys = [key("cc", "1", "avx2"), key("cc", "1", "avx512"), key("cc", "2", "avx2"), key("cc2", "1", "avx2")]
+  assert len(set(keys)) == 4 and keys[0] == key("cc", "1", "avx2")  # -march=native in each: the target tells them apart
+
+def test_cc_may_carry_arguments(monkeypatch, tmp_path):
+  monkeypatch.setenv("CC", f"{os.getenv('CC', 'cc')} -DANSWER=42")
+  monkeypatch.setenv("TINY_CACHE", str(tmp_path))
+  fn = tiny.Compiled("CPU", tiny.CPURuntime(), tiny.Renderer()).program(
+    tiny.Program("answer", "void answer(float* restrict o) { o[0] = ANSWER; }", [], (1,), (1,), "CPU"))
+  out = (ctypes.c_float * 1)()
+  fn(out)
+  assert out[0] == 42.0
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_int_overflow_wraps(device):  # undefined in C without -fwrapv, and gcc folds (x+1 > x) to true
+  t = Tensor([2**31 - 1, 5], device=device)
+  assert ((t + 1) > t).tolist() == [False, True] and (t + 1).tolist() == [-2**31, 6]
+
+R, S2 = slice(None, None, -1), slice(None, None, -2)
+REVERSED = [  # (shape, view, reduce axis): backwards and strided inner loops at odd sizes
+  ((17, 2), (slice(None), R), None),  # gcc 12 -O2 re-vectorizing this sum got 833 for arange(34), not 561
+  ((17, 2), (R,), 0), ((17, 2), (R, R), 1),
+  ((5, 7, 3), (slice(None), S2), 1), ((5, 7, 3), (R, slice(None), R), 2), ((5, 7, 3), (..., R), None),
+  ((5, 7, 3), (S2, R), (0, 2)), ((33,), (R,), None), ((33,), (slice(None, None, -3),), 0), ((33,), (S2,), None),
+]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("shape, key, axis", REVERSED, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(REVERSED)])
+def test_reversed_and_strided_reductions_at_odd_sizes(device, op, shape, key, axis):
+  x = build(shape, lambda idx: float(sum((i + 1) * 10 ** d for d, i in enumerate(idx)) % 97))  # exact in float32
+  want = ref_reduce({"sum": math.fsum, "max": max}[op], ref_getitem(x, key), axis)
+  assert getattr(Tensor(x, device=device)[key], op)(axis=axis).tolist() == want
+
+def test_two_threads_opening_one_device_open_it_once(monkeypatch):
+  opened, start = [], threading.Barrier(2)
+  def slow_runtime():
+    opened.append(None)
+    time.sleep(0.05)  # the second thread arrives while the first is still opening
+    return tiny.Emulator()
+  devices = tiny._Device()
+  monkeypatch.setitem(devices.kinds, "PYTHON", (tiny.PythonRenderer, slow_runtime))
+  def get(_):
+    start.wait()
+    return devices["PYTHON"]
+  with concurrent.futures.ThreadPoolExecutor(2) as pool: a, b = pool.map(get, range(2))
+  assert a is b and len(opened) == 1
+
+def test_freed_buffers_past_lru_mb_are_freed_least_recently_freed_first(monkeypatch):
+  monkeypatch.setenv("LRU_MB", "1")
+  runtime, freed = object.__new__(tiny.CPURuntime), []
+  runtime.free = freed.append
+  dev = tiny.Compiled("CPU", runtime, tiny.Renderer())
+  a, b, c = dev.alloc(400_000), dev.alloc(500_000), dev.alloc(300_000)
+  dev.free(a, 400_000)
+  dev.free(b, 500_000)
+  assert freed == []  # 900 KB kept
+  dev.free(c, 300_000)  # 1.2 MB is past 1 MiB: a, freed longest ago, goes
+  assert len(freed) == 1 and freed[0] is a and dev.alloc(500_000) is b and dev.alloc(300_000) is c
+
+def test_lru_0_keeps_no_freed_buffer(monkeypatch):
+  monkeypatch.setenv("LRU", "0")
+  runtime, freed = object.__new__(tiny.CPURuntime), []
+  runtime.free = freed.append
+  dev = tiny.Compiled("CPU", runtime, tiny.Renderer())
+  buf = dev.alloc(64)
+  dev.free(buf, 64)
+  assert len(freed) == 1 and freed[0] is buf
+
+needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the memory maps in /proc")
+
+@needs_proc
+def test_dropped_tensors_leave_at_most_lru_mb_behind(tmp_path):
+  r = run_python("""
+    import array, gc
+    from tiny import Tensor
+    def rss_mb(): return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) // 1024
+    zeros, before = bytes(4 * 2**19), rss_mb()
+    for i in range(1000):  # 1 to 2 MB each, each its own size
+      Tensor(array.array("f", zeros[:4 * (2**18 + 262 * i)])).realize()
+    gc.collect()
+    print(rss_mb() - before)
+  """, tmp_path, DEVICE="CPU", LRU_MB="64")
+  assert int(r.stdout) < 256, r.stdout  # 1.5 GB went through; without a bound it all stays
+
+@needs_proc
+def test_loaded_programs_stay_under_lru_programs_and_a_held_one_keeps_working(tmp_path):
+  r = run_python("""
+    import tiny
+    from tiny import Tensor
+    held = tiny.RawKernel("answer", "void answer(float* restrict o) { o[0] = 42; }", device="CPU")
+    for k in range(12): assert (Tensor([1.0, 2.0]) * (k + 0.5)).tolist() == [k + 0.5, 2 * k + 1]
+    out = Tensor.empty(1)
+    held(out)
+    libraries = {l.split()[5] for l in open("/proc/self/maps") if tiny.scratch() in l}
+    print(len(tiny.Device["CPU"].programs), len(libraries), out.tolist())
+  """, tmp_path, DEVICE="CPU", LRU_PROGRAMS="4")
+  assert r.stdout == "4 5 [42.0]\n", r.stdout  # 4 in the cache, and the one the RawKernel holds
+
+@pytest.mark.parametrize("first", ["CPU", "PYTHON"])
+def test_realize_runs_each_tensor_on_its_own_device(first):
+  x, y = rand_list((5,), 120), rand_list((7,), 121)
+  a, b = Tensor(x, device="CPU") * 2, Tensor(y, device="PYTHON") + 1
+  Tensor.realize(*((a, b) if first == "CPU" else (b, a)))
+  assert a.buffer().device == "CPU" and b.buffer().device == "PYTHON"
+  assert a.tolist() == [2 * v for v in x] and b.tolist() == [f32(v + 1) for v in y]
+
+def run_uops(uops: list, *bufs: bytearray) -> list[bytearray]:
+  """Runs hand-built linear UOps on the emulator, one thread."""
+  tiny.Device["PYTHON"].program(tiny.Program("hand_built", "", uops, (1,), (1,), "PYTHON"))(
+    *bufs, global_size=(1,), local_size=(1,))
+  return list(bufs)
+
+def test_an_emulated_access_past_a_buffers_float4s_raises_naming_the_kernel():
+  out = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), (0, 5))  # 5 floats, whose allocation holds 8
+  for at in (8, -1):
+    store = tiny.UOp(tiny.Ops.STORE, None, (out, tiny.UOp.const(dtypes.int, at), tiny.UOp.const(dtypes.float, 1.0)))
+    with pytest.raises(IndexError, match=f"hand_built: store at {at} is outside a buffer of 5"):
+      run_uops([out, store.src[1], store.src[2], store], bytearray(64))  # 64 bytes: checked against 5, not these
+
+def test_emulated_lanes_past_the_logical_end_load_nan_and_store_nothing():
+  out, src = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), (0, 5)), tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), (1, 5))
+  four = tiny.UOp.const(dtypes.int, 4)
+  load = tiny.UOp(tiny.Ops.LOAD, dtypes.float.vec(4), (src, four))
+  store = tiny.UOp(tiny.Ops.STORE, None, (out, tiny.UOp.const(dtypes.int, 0), load))
+  tail = tiny.UOp(tiny.Ops.STORE, None, (out, four, load))  # its lanes 1..3 fall in the padding
+  o, _ = run_uops([out, src, four, load, store.src[1], store, tail], bytearray(32),
+                  bytearray(struct.pack("8f", 0, 1, 2, 3, 4, 7, 7, 7)))  # stale floats in the padding
+  got = struct.unpack("8f", o)
+  assert got[0] == 4.0 and all(math.isnan(v) for v in got[1:4]) and got[4] == 4.0 and got[5:] == (0.0,) * 3
+
+@pytest.mark.usefixtures("gpu_lowering")
+@pytest.mark.parametrize("shape", [(5,), (1003,), (3, 7)])
+def test_emulated_ops_at_sizes_that_are_not_whole_float4s(shape):
+  x, y = rand_list(shape, 122), rand_list(shape, 123)
+  tx, ty = emulated(x, y)
+  assert_close((tx * ty + 1).tolist(), ref_ew(lambda a, b: a * b + 1, x, y), rtol=1e-5, atol=1e-5)
+  assert_close(tx.sum(axis=-1).tolist(), ref_reduce(math.fsum, x, -1), rtol=1e-5, atol=1e-5)
+  assert tx.max().tolist() == max(flat(x)) and tx.flip(-1).tolist() == ref_getitem(x, (..., R))
+
+def test_a_compiler_that_writes_nothing_is_named(tmp_path):
+  r = run_python("""
+    import tiny
+    from tiny import Tensor
+    try: (Tensor([1.0, 2.0]) + 1).realize()
+    except tiny.CompileError as e: print("CompileError:", e)
+  """, tmp_path, CC="/bin/true", DEVICE="CPU")
+  assert r.stdout.startswith("CompileError: /bin/true exited with success but produced no output"), r.stdout
+  assert "/tmp" not in r.stdout and "kernel.so" not in r.stdout, r.stdout  # no deleted temp file named
+
+BAD_SETTINGS = [("THREADS", "abc", "at least 1"), ("THREADS", "0", "at least 1"), ("DEBUG", "x", "at least 0"),
+                ("NOCACHE", "yes", "at least 0"), ("LRU_MB", "lots", "at least 0"), ("LRU_PROGRAMS", "0", "at least 1")]
+
+@pytest.mark.parametrize("var, value, accepted", BAD_SETTINGS, ids=[f"{v}={x}" for v, x, _ in BAD_SETTINGS])
+def test_a_bad_setting_names_the_variable_the_value_and_what_is_accepted(tmp_path, var, value, accepted):
+  r = run_python("""
+    import tiny
+    print("imported")
+    try: (tiny.Tensor([1.0, 2.0]) + 1).realize()
+    except ValueError as e: print("ValueError:", e)
+  """, tmp_path, DEVICE="CPU", **{var: value})
+  assert r.stdout == f"imported\nValueError: {var}={value!r}: expected a whole number, {accepted}\n", r.stdout
 
 # ------------------------------------------------------------------------------------------------------------------
 # every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced.

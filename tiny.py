@@ -2,9 +2,9 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, importlib, concurrent.futures, struct, ctypes, hashlib, subprocess, tempfile, time, functools
-import itertools, weakref, operator, atexit, shlex, shutil, threading, warnings
-from collections import defaultdict
+import os, sys, math, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
+import functools, itertools, weakref, operator, atexit, mmap, shlex, shutil, threading, warnings
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any, Callable, Sequence
@@ -921,9 +921,11 @@ class Tensor:
 
   # --- realization
   def realize(self, *others:Tensor) -> Tensor:
-    items = schedule([self, *others])  # held until each tensor holds its own buffer
-    run_schedule(items)
-    for t in (self, *others): t.uop = realized_view(t.uop) or t.uop
+    ts = (self, *others)
+    # each device runs its own tensors' kernels; the items are held until each tensor holds its own buffer
+    items = [schedule([t for t in ts if t.device == d]) for d in dict.fromkeys(t.device for t in ts)]
+    for group in items: run_schedule(group)
+    for t in ts: t.uop = realized_view(t.uop) or t.uop
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -1700,7 +1702,8 @@ def scratch() -> str:
 
 @functools.cache
 def usable(path:str) -> str:
-  """path, or where it can't be made or written (a file in its way, no writable home), scratch() with one warning."""
+  """The cache folder at path; where it can't be made or written (a file in its way, no writable home), this
+  process's scratch() folder instead, with one warning."""
   try: os.makedirs(path, exist_ok=True)
   except OSError as e: why = e.strerror
   else:
@@ -1720,39 +1723,45 @@ class CPURuntime:
   # -fno-tree-loop-vectorize: tiny vectorizes for itself (float4), and gcc 12 re-vectorizing a loop that reads
   # backwards sums wrong (the sum of a [:, ::-1] view of 17x2 floats).
   flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fwrapv", "-fno-tree-loop-vectorize"]
+  kernel = ctypes.CFUNCTYPE(None)  # a void C function; ctypes passes each array it is called with as its address
   def __init__(self):
     self.cc = os.getenv("CC") or "cc"
     self.command = shlex.split(self.cc)  # may carry arguments: "ccache gcc", "gcc -fsanitize=undefined"
-    try: version = self.run("--version", check=True).stdout.split("\n")[0]
+    try: version = self.compiler("--version", check=True).stdout.split("\n")[0]
     except (OSError, subprocess.CalledProcessError) as e:
       raise RuntimeError(f"the CPU device compiles kernels with a C compiler, but {self.cc!r} can't run ({e}); "
                          "install gcc or clang, or set $CC to one") from None
     # the cache key names what decides the binary: the compiler's file and version, and the target (what
     # -march=native means on this CPU, by its predefined macros: __AVX512F__ and the like), so a shared cache is safe
-    native = self.run(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
+    native = self.compiler(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
     if native.returncode == 0: self.flags = [*self.flags, "-march=native"]
-    target = native if native.returncode == 0 else self.run(*self.flags, "-dM", "-E", "-x", "c", "-")
+    target = native if native.returncode == 0 else self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.pool = concurrent.futures.ThreadPoolExecutor(threads())
-  def run(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
+  def compiler(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
     return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
   def compile(self, src:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
-      proc = self.run(*self.flags, "-x", "c", "-", "-o", out, "-lm", src=src)
+      proc = self.compiler(*self.flags, "-x", "c", "-", "-o", out, "-lm", src=src)
       if proc.returncode != 0: raise CompileError(f"{self.cc} failed to compile this kernel:\n{proc.stderr}\n{src}")
       if not os.path.exists(out): raise CompileError(f"{self.cc} exited with success but produced no output:\n{src}")
       with open(out, "rb") as f: return f.read()
   def load(self, name:str, binary:bytes) -> Callable:
     fd, path = tempfile.mkstemp(suffix=".so", dir=scratch())
     with os.fdopen(fd, "wb") as f: f.write(binary)
-    try: lib = ctypes.CDLL(path)
+    try: lib = _ctypes.dlopen(path, ctypes.DEFAULT_MODE)
     except OSError as e:  # the loader names the file, deleted by now: say whose output it was instead
       raise CompileError(f"{self.cc} built a library that won't load: {str(e).removeprefix(path + ': ')}") from None
     finally: os.unlink(path)  # the loaded library stays mapped
-    try: fn = lib[name]
-    except AttributeError: raise CompileError(f"the C source has no function named {name!r}") from None
+    try: fn = CPURuntime.kernel(_ctypes.dlsym(lib, name))
+    except OSError:
+      _ctypes.dlclose(lib)
+      raise CompileError(f"the C source has no function named {name!r}") from None
+    # unmapped once nothing can call into it: what calls fn holds it (run, in Compiled.programs or a RawKernel, and
+    # the pool's tasks); ctypes' own CDLL functions live in reference cycles, so they would stay until a gc pass
+    weakref.finalize(fn, _ctypes.dlclose, lib).atexit = False
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
       if global_size[0] == 1: fn(*bufs)
@@ -1762,7 +1771,10 @@ class CPURuntime:
         for f in rest: f.result()
       return time.perf_counter() - start
     return run
-  def alloc(self, nbytes:int): return (ctypes.c_uint8 * max(nbytes, 1))()
+  def alloc(self, nbytes:int):
+    # a big buffer gets its own mapping, so freeing it gives its memory back to the system: malloc might keep it
+    if nbytes >= 2**20: return (ctypes.c_uint8 * nbytes).from_buffer(mmap.mmap(-1, nbytes))
+    return (ctypes.c_uint8 * max(nbytes, 1))()
   def free(self, buf): pass
   def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
@@ -1807,26 +1819,33 @@ class Thread:
   local: dict
   gid: tuple
   lid: tuple
-  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, int, str]:
-    """Where a load or store goes, bounds-checked: an access outside its buffer is a lowering bug, caught here."""
+  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, DType, int]:
+    """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
+    size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
+    buffer's whole float4s (Buffer.allocated), shared memory's declared length."""
     buf = u.src[0].src[0] if u.src[0].op is Ops.BARRIER else u.src[0]  # shared memory read after a barrier
-    mem = self.local[buf] if buf.op is Ops.DEFINE_LOCAL else self.bufs[buf.arg[0]]
-    size = len(mem) // buf.dtype.itemsize
-    if not 0 <= addr <= size - lanes:
+    size, shared = buf.arg[1], buf.op is Ops.DEFINE_LOCAL
+    if not 0 <= addr <= (size if shared else cdiv(size, 4) * 4) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-    return mem, addr * buf.dtype.itemsize, f"{lanes}{buf.dtype.fmt}"
+    return self.local[buf] if shared else self.bufs[buf.arg[0]], buf.dtype, max(0, min(lanes, size - addr))
+  # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
+  # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, src:list):
     if u.src[0].op is Ops.DEFINE_ACC: return src[0]
+    n = u.dtype.count
     if len(src) > 2 and not src[2]:  # a gated-off load reads 0
       zero = dtypes.python(u.dtype.scalar)(0)
-      return zero if u.dtype.count == 1 else (zero,) * u.dtype.count
-    mem, offset, fmt = self.access(u, src[1], u.dtype.count)
-    out = struct.unpack_from(fmt, mem, offset)
-    return out[0] if u.dtype.count == 1 else out
+      return zero if n == 1 else (zero,) * n
+    mem, dtype, inside = self.access(u, src[1], n)
+    start = src[1] * dtype.itemsize
+    data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
+    out = struct.unpack(f"{n}{dtype.fmt}", data)
+    return out[0] if n == 1 else out
   def store(self, u:UOp, src:list):
     if len(src) > 3 and not src[3]: return
-    mem, offset, fmt = self.access(u, src[1], u.src[2].dtype.count)
-    struct.pack_into(fmt, mem, offset, *(src[2] if u.src[2].dtype.count > 1 else [src[2]]))
+    n = u.src[2].dtype.count
+    mem, dtype, inside = self.access(u, src[1], n)
+    struct.pack_into(f"{inside}{dtype.fmt}", mem, src[1] * dtype.itemsize, *(src[2] if n > 1 else [src[2]])[:inside])
 
 # what each op computes in an emulated thread: with exec_alu, this table is the emulator's whole semantics
 emulated: dict[Ops, Callable[[Thread, UOp, list], Any]] = {
@@ -1852,28 +1871,53 @@ def run_thread(t:Thread):
     elif u.op in emulated: vals[u] = emulated[u.op](t, u, src)
     pc += 1
 
+def reuse_bytes() -> int:
+  """Bytes of freed buffers a device keeps: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; with LRU=0, none."""
+  ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
+
 class Compiled:
+  """A device: its runtime, behind two bounded caches that let go of what was used longest ago first: freed buffers
+  (by bytes), and loaded programs (LRU_PROGRAMS of them; an evicted program is unloaded once nothing can call it)."""
   def __init__(self, name:str, runtime, renderer:Renderer):
     self.name, self.runtime, self.renderer = name, runtime, renderer
-    self.free_cache: dict[int, list] = defaultdict(list)
-    self.programs: dict[str, Callable] = {}
+    self.free_cache: OrderedDict[int, list] = OrderedDict()  # nbytes -> freed buffers, the size freed longest ago first
+    self.cached, self.cache_max = 0, reuse_bytes()
+    self.programs: OrderedDict[tuple[str, str], Callable] = OrderedDict()
+    self.programs_max = getenv("LRU_PROGRAMS", 1000, least=1)
     # each runtime raises its own module's CompileError (runtimes import nothing from tiny); users catch tiny's
     self.compile_error = sys.modules[type(runtime).__module__].CompileError
   def alloc(self, nbytes:int):
-    if self.free_cache[nbytes]: return self.free_cache[nbytes].pop()
+    if bufs := self.free_cache.get(nbytes):
+      buf = bufs.pop()
+      if not bufs: del self.free_cache[nbytes]
+      self.cached -= nbytes
+      return buf
     try: return self.runtime.alloc(nbytes)
     except (MemoryError, RuntimeError):  # the cache may hold what we need: give it back and try once more
-      for bufs in self.free_cache.values():
-        for b in bufs: self.runtime.free(b)
-      self.free_cache.clear()
+      self.trim(0)
       return self.runtime.alloc(nbytes)
-  def free(self, buf, nbytes:int): self.free_cache[nbytes].append(buf)
+  def free(self, buf, nbytes:int):
+    self.free_cache.setdefault(nbytes, []).append(buf)
+    self.free_cache.move_to_end(nbytes)
+    self.cached += nbytes
+    self.trim(self.cache_max)
+  def trim(self, limit:int):
+    """Frees cached buffers, the size freed longest ago first, until the cache holds at most limit bytes."""
+    while self.cached > limit:
+      nbytes, bufs = next(iter(self.free_cache.items()))
+      self.runtime.free(bufs.pop(0))
+      if not bufs: del self.free_cache[nbytes]
+      self.cached -= nbytes
   def program(self, prog:Program) -> Callable:
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
-    if (prog.name, prog.src) not in self.programs:
-      try: self.programs[(prog.name, prog.src)] = self.runtime.load(prog.name, self.binary(prog))
+    key = (prog.name, prog.src)
+    if key in self.programs: self.programs.move_to_end(key)
+    else:
+      try: self.programs[key] = self.runtime.load(prog.name, self.binary(prog))
       except self.compile_error as e: raise CompileError(str(e)) from None
-    return self.programs[(prog.name, prog.src)]
+      if len(self.programs) > self.programs_max: self.programs.popitem(last=False)
+    return self.programs[key]
   def binary(self, prog:Program) -> bytes:
     """The compiled kernel, from the disk cache when it holds it. An entry starts with the hash of its key and binary,
     so one that is truncated, corrupt or stored under another key is rebuilt, never loaded."""
