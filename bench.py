@@ -56,7 +56,10 @@ def c_kernel(name:str, params:list[str], items:int, work:int, body:str) -> tuple
   (waking a thread costs tens of µs)."""
   threads = max(1, min(CORES, items, work >> 19))
   chunk, core = cdiv(items, threads), ("core", ", const int core") if threads > 1 else ("0", "")
+  # tiny compiles its own kernels with -fno-tree-loop-vectorize (it lays out vectors itself); these plain C loops are
+  # written for gcc's vectorizer, so they turn it back on
   src = f"""#include <math.h>
+#pragma GCC optimize("tree-loop-vectorize")
 void {name}({', '.join('float* restrict ' + p for p in params)}{core[1]}) {{
   int lo = {core[0]}*{chunk}, hi = lo + {chunk} < {items} ? lo + {chunk} : {items};
 {body}
