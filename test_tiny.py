@@ -415,11 +415,11 @@ def test_reductions_of_empty_tensors_give_the_identity(device):
 def test_sum_of_bool_counts_true_values():
   x = rand_list((7, 33), 29)
   got = (Tensor(x) > 0).sum(axis=1)
-  assert got.dtype == dtypes.int32 and got.tolist() == ref_reduce(lambda v: sum(e > 0 for e in v), x, 1)
+  assert got.dtype == dtypes.int64 and got.tolist() == ref_reduce(lambda v: sum(e > 0 for e in v), x, 1)
 
 def test_int_reductions_stay_int():
   x = rand_ints((7, 33), 30)
-  assert Tensor(x).sum(axis=0).dtype == dtypes.int32 and Tensor(x).sum(axis=0).tolist() == ref_reduce(sum, x, 0)
+  assert Tensor(x).sum(axis=0).dtype == dtypes.int64 and Tensor(x).sum(axis=0).tolist() == ref_reduce(sum, x, 0)
   assert Tensor(x).max(axis=1).tolist() == ref_reduce(max, x, 1)
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1016,7 +1016,7 @@ INTS_AND_BOOLS = {  # name: (inputs, tiny graph, reference, dtype); int lists be
   "int arithmetic": ([rand_ints((3, 7), 98), rand_ints((7,), 99)], lambda a, b: a * b - a + 3,
                      lambda a, b: ref_ew(lambda x, y: x * y - x + 3, a, b), dtypes.int32),
   "int sum over an axis": ([rand_ints((7, 33), 100)], lambda a: a.sum(axis=0), lambda a: ref_reduce(sum, a, 0),
-                           dtypes.int32),
+                           dtypes.int64),
   "int max over an axis": ([rand_ints((7, 33), 101)], lambda a: a.max(axis=1), lambda a: ref_reduce(max, a, 1),
                            dtypes.int32),
   "comparison selects ints": ([rand_ints((3, 7), 102), rand_ints((3, 7), 103)], lambda a, b: (a < b).where(a, b),
@@ -1025,7 +1025,7 @@ INTS_AND_BOOLS = {  # name: (inputs, tiny graph, reference, dtype); int lists be
                  lambda p, q: (p & q) ^ (p | q.logical_not()),
                  lambda p, q: ref_ew(lambda x, y: (x and y) != (x or not y), p, q), dtypes.bool),
   "count of true values": ([rand_list((7, 33), 106)], lambda x: (x > 0).sum(axis=1),
-                           lambda x: ref_reduce(lambda v: sum(e > 0 for e in v), x, 1), dtypes.int32),
+                           lambda x: ref_reduce(lambda v: sum(e > 0 for e in v), x, 1), dtypes.int64),
   "float to int truncates": ([rand_list((3, 7), 107, -9, 9)], lambda x: x.int(), lambda x: ref_ew(int, x),
                              dtypes.int32),
 }
