@@ -524,11 +524,11 @@ class ShapeError(ValueError, RuntimeError):
   raise, so that handlers written for either catch it."""
 
 def check_shape(shape:tuple) -> tuple[int, ...]:
-  """Every creation and movement op checks the shape it makes here, so that a bad size fails at the op that made it:
-  sizes are ints >= 0, and an int64 index can count the elements."""
-  if not all(isinstance(s, numbers.Integral) and s >= 0 for s in shape):
+  """Every creation op, and every movement op that takes sizes, checks the shape it makes here, so that a bad size
+  fails at the op that made it: sizes are ints >= 0, and an int64 index can count the elements."""
+  if not all(isinstance(s, (int, numbers.Integral)) and s >= 0 for s in shape):  # int first: the common case is quick
     raise ShapeError(f"shape {tuple(shape)}: sizes must be ints >= 0")
-  if not dtypes.fits(dtypes.int64, prod(shape)):
+  if prod(shape) > 2**63 - 1:  # int64's max
     raise ShapeError(f"shape {tuple(shape)} has {prod(shape)} elements: more than an int64 index can count")
   return tuple(shape)
 
@@ -845,9 +845,7 @@ class Tensor:
   def _view(self, fn:str, arg) -> Tensor:
     u = self.uop
     base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
-    st = getattr(st, fn)(arg)
-    check_shape(st.shape)
-    return Tensor(UOp(Ops.VIEW, u.dtype, (base,), st), device=self.device)
+    return Tensor(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)), device=self.device)
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -863,7 +861,7 @@ class Tensor:
     return self._view("permute", order)
   def expand(self, *shape) -> Tensor:
     shape = Tensor._unpack(shape)
-    shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
+    shape = check_shape(tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
     if broadcast_shape(self.shape, shape) != shape: raise ShapeError(f"can't expand {self.shape} to {shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
     return x if x.shape == shape else x._view("expand", shape)
@@ -902,6 +900,7 @@ class Tensor:
     arg = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
     if any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
       raise ShapeError(f"shrink {arg} is out of bounds for shape {self.shape}")
+    check_shape(tuple(e - b for b, e in arg))
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view("shrink", arg)
   def _along(self, d:int, lo:int, hi:int) -> Tensor:  # elements lo to hi-1 of dim d
     return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
