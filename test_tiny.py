@@ -415,11 +415,11 @@ def test_reductions_of_empty_tensors_give_the_identity(device):
 def test_sum_of_bool_counts_true_values():
   x = rand_list((7, 33), 29)
   got = (Tensor(x) > 0).sum(axis=1)
-  assert got.dtype == dtypes.int32 and got.tolist() == ref_reduce(lambda v: sum(e > 0 for e in v), x, 1)
+  assert got.dtype == dtypes.int64 and got.tolist() == ref_reduce(lambda v: sum(e > 0 for e in v), x, 1)
 
 def test_int_reductions_stay_int():
   x = rand_ints((7, 33), 30)
-  assert Tensor(x).sum(axis=0).dtype == dtypes.int32 and Tensor(x).sum(axis=0).tolist() == ref_reduce(sum, x, 0)
+  assert Tensor(x).sum(axis=0).dtype == dtypes.int64 and Tensor(x).sum(axis=0).tolist() == ref_reduce(sum, x, 0)
   assert Tensor(x).max(axis=1).tolist() == ref_reduce(max, x, 1)
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -794,8 +794,9 @@ def test_every_reduce_output_is_written():
 # random programs: 3 to 12 ops drawn from a table by a seeded generator. The reference runs each op as it is drawn, so
 # that an op's arguments can depend on the values it meets; tiny runs the program after. A failing seed prints it.
 
-INT_BITS = {dtypes.int32: 32, dtypes.int8: 8, dtypes.uint8: 8}
-INT_RANGES = {dtypes.int32: (-99, 99), dtypes.int8: (-128, 127), dtypes.uint8: (0, 255), dtypes.bool: (0, 1)}
+INT_BITS = {dtypes.int32: 32, dtypes.int8: 8, dtypes.uint8: 8, dtypes.int64: 64}
+INT_RANGES = {dtypes.int32: (-99, 99), dtypes.int8: (-128, 127), dtypes.uint8: (0, 255),
+              dtypes.int64: (-99, 99), dtypes.bool: (0, 1)}
 F32, INTS, BOOL = (dtypes.float32,), tuple(INT_BITS), (dtypes.bool,)
 NUMBERS, ALL = F32 + INTS, F32 + INTS + BOOL
 
@@ -819,12 +820,12 @@ class Input:  # a tensor a random program reads
 def ref_value(arg): return arg.values() if isinstance(arg, Input) else arg
 
 def promoted(dtype, *args):
-  """The dtype x and args meet in: float over ints over bool, int32 for two different ints. A Python int or bool takes
-  x's dtype, a Python float makes it float32."""
+  """The dtype x and args meet in: float over ints over bool; two different ints meet in int32, or int64 if either is.
+  A Python int or bool takes x's dtype, a Python float makes it float32."""
   ds = {dtype} | {a.dtype if isinstance(a, Input) else dtypes.float32 if isinstance(a, float) else dtype for a in args}
   if dtypes.float32 in ds: return dtypes.float32
   ds = ds - {dtypes.bool} or {dtypes.bool}
-  return ds.pop() if len(ds) == 1 else dtypes.int32
+  return ds.pop() if len(ds) == 1 else dtypes.int64 if dtypes.int64 in ds else dtypes.int32
 
 def random_shape(rng, limit) -> tuple:  # odd sizes: never only powers of two
   if limit >= 1003 and rng.random() < 0.1: return rng.choice([(1003,), (17, 59), (59, 1, 17)])
@@ -859,14 +860,13 @@ def compared(rng, x, dtype, limit):
   other, = any_dtype(rng, x, dtype, limit)
   gaps = ref_ew(lambda a, b: abs(a - b), x, ref_value(other))
   return (other,) if dtype != dtypes.float32 or min(flat(gaps)) > margin(x) else None
-def masked(rng, x, dtype, limit):  # cond.where(x, y); no scalar y for int8, uint8: it makes them int32 (known defect)
+def masked(rng, x, dtype, limit):  # cond.where(x, y), y maybe a Python scalar
   cond = operand(rng, shape_of(x), dtypes.bool, limit, scalar_ok=False)
-  shape = broadcast_shape(shape_of(x), cond.shape)
-  return cond, operand(rng, shape, dtype, limit, scalar_ok=dtype in (dtypes.float32, dtypes.int32))
+  return cond, operand(rng, broadcast_shape(shape_of(x), cond.shape), dtype, limit)
 def selected(rng, x, dtype, limit):  # x.where(a, b) for a bool x: the branches choose the result's dtype, as above
   out = rng.choice(INTS + F32)
   a = operand(rng, shape_of(x), out, limit, scalar_ok=False)
-  b = operand(rng, broadcast_shape(shape_of(x), a.shape), out, limit, out in (dtypes.float32, dtypes.int32))
+  b = operand(rng, broadcast_shape(shape_of(x), a.shape), out, limit)
   return (a, b) if rng.random() < 0.5 else (b, a)
 def reduced(rng, x, dtype, limit):  # every axis, or one (maybe negative); keepdim or not
   n = len(shape_of(x))
@@ -885,9 +885,9 @@ def factored(rng, x, dtype, limit):  # the size spread over 1 to 4 dims
 def stretched(rng, x, dtype, limit):  # every 1 stretched, maybe a new leading dim
   shape = tuple(rng.randint(1, 5) if s == 1 else s for s in (1,) * rng.randint(0, 1) + shape_of(x))
   return (shape,) if math.prod(shape) <= limit else None
-def padded(rng, x, dtype, limit):  # int8 and uint8 pad with 0 only: a value goes through where (known defect)
+def padded(rng, x, dtype, limit):
   pads = tuple((rng.randint(0, 3), rng.randint(0, 3)) for _ in shape_of(x))
-  value = scalar(rng, dtype) if dtype in (dtypes.float32, dtypes.int32, dtypes.bool) else 0
+  value = scalar(rng, dtype)
   return (pads, value) if math.prod(s + b + a for s, (b, a) in zip(shape_of(x), pads)) <= limit else None
 def indexed(rng, x, dtype, limit):  # per dim an index, or a non-empty slice with a step; sometimes a new dim
   key = []
@@ -898,16 +898,12 @@ def indexed(rng, x, dtype, limit):  # per dim an index, or a non-empty slice wit
   return (tuple(key),)
 
 # an op's reference: (nested list, dtype, *arguments) -> (nested list, dtype)
-class IntOverflow(Exception): pass  # int32 arithmetic past its range: undefined in C, gcc folds it (a known defect)
 
 def ew(fn, out=None):
   """Operands (broadcast) taken to the dtype they meet in, then fn on each element, held as the result's dtype."""
   def ref(x, d, *args):
     common = promoted(d, *args)
-    def one(*vs):
-      v = fn(*[wrap(common, v) for v in vs])
-      if common == dtypes.int32 and not -2**31 <= v < 2**31: raise IntOverflow
-      return wrap(out or common, v)
+    def one(*vs): return wrap(out or common, fn(*[wrap(common, v) for v in vs]))  # ints wrap, as the machine's do
     return ref_ew(one, x, *map(ref_value, args)), out or common
   return ref
 def ref_where(cond, a, b, d):  # a Python scalar branch takes dtype d, the other branch's
@@ -954,9 +950,8 @@ RANDOM_OPS = {  # name: when it applies, how it draws its arguments, what tiny r
   "float": RandomOp(on(INTS + BOOL), nothing, Tensor.float, ew(float, dtypes.float32)),
   "bool": RandomOp(on(INTS), nothing, Tensor.bool, ew(bool, dtypes.bool)),
   **{f"cast {d.name}": RandomOp(on(INTS + BOOL), nothing, lambda t, d=d: t.cast(d), ew(int, d)) for d in INTS},
-  # no int32 sums: they should give int64, and accumulate in int32 (known defect)
-  "sum": RandomOp(on(F32 + BOOL + (dtypes.int8, dtypes.uint8), ndim=1), reduced, Tensor.sum,
-                  reduction(math.fsum, lambda d: d if d == dtypes.float32 else dtypes.int32)),
+  "sum": RandomOp(on(ALL, ndim=1), reduced, Tensor.sum,  # ints add up in int64, as in numpy and torch
+                  reduction(math.fsum, lambda d: d if d == dtypes.float32 else dtypes.int64)),
   "max": RandomOp(on(ALL, ndim=1), reduced, Tensor.max, reduction(max)),
   "min": RandomOp(on(ALL, ndim=1), reduced, Tensor.min, reduction(min)),
   "mean": RandomOp(on(ALL, ndim=1), reduced, Tensor.mean, reduction(mean, lambda d: dtypes.float32)),
@@ -991,8 +986,7 @@ def random_program(seed: int, limit: int) -> RandomProgram:
   while len(steps) < length:
     name = rng.choice([name for name, op in RANDOM_OPS.items() if op.applies(shape_of(x), dtype)])
     if (args := RANDOM_OPS[name].draw(rng, x, dtype, limit)) is None: continue
-    try: x, dtype = RANDOM_OPS[name].ref(x, dtype, *args)
-    except IntOverflow: continue
+    x, dtype = RANDOM_OPS[name].ref(x, dtype, *args)
     steps.append((name, args))
     scale = max(scale, *map(abs, flat(x))) if dtype == dtypes.float32 else scale
   return RandomProgram(start, steps, x, dtype, scale)
@@ -1052,6 +1046,270 @@ def test_missing_c_compiler_is_named(tmp_path):
     except RuntimeError as e: print("RuntimeError:", e)
   """, tmp_path, CC="/nonexistent/cc", DEVICE="CPU")
   assert "RuntimeError:" in r.stdout and "/nonexistent/cc" in r.stdout and "$CC" in r.stdout, r.stdout
+
+# ------------------------------------------------------------------------------------------------------------------
+# edges: a value keeps its meaning where a dtype, a shape or an axis would quietly change it. Each case is what
+# numpy 2, torch or tinygrad do; where they differ, the one that can't give a wrong number.
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_where_with_a_scalar_branch_keeps_the_other_branch_dtype(device):
+  c = rand_ints((3, 7), 110, -128, 127)
+  t = Tensor(c, dtype=dtypes.int8, device=device)
+  got = (t > 0).where(t, 3)
+  assert got.dtype == dtypes.int8 and got.tolist() == ref_ew(lambda v: v if v > 0 else 3, c)
+  got = (t > 0).where(-7, t)
+  assert got.dtype == dtypes.int8 and got.tolist() == ref_ew(lambda v: -7 if v > 0 else v, c)
+  u = Tensor([3000000000, 0, 7], dtype=dtypes.uint32, device=device)
+  assert (u > 0).where(u, 3).dtype == dtypes.uint32 and (u > 0).where(u, 3).tolist() == [3000000000, 3, 7]
+  got = (t > 0).where(t, 1.5)
+  assert got.dtype == dtypes.float32 and got.tolist() == ref_ew(lambda v: float(v) if v > 0 else 1.5, c)
+
+@pytest.mark.parametrize("x, y, dtype", [(1, 2.5, dtypes.float32), (1, 2, dtypes.int32), (True, False, dtypes.bool),
+                                         (True, 2, dtypes.int32), (2**40, 1, dtypes.int64)])
+def test_where_with_two_scalar_branches_takes_their_own_dtypes(x, y, dtype):
+  c = rand_ints((7,), 111, -1, 1)
+  got = (Tensor(c) > 0).where(x, y)
+  assert got.dtype == dtype and got.tolist() == [x if v > 0 else y for v in c]
+
+@pytest.mark.parametrize("dtype, lo, hi", [(dtypes.int8, -128, 127), (dtypes.uint8, 0, 255)])
+def test_pad_with_a_value_keeps_a_narrow_int_dtype(dtype, lo, hi):
+  x, pads = rand_ints((3, 7), 112, lo, hi), ((1, 2), (0, 3))
+  got = Tensor(x, dtype=dtype).pad(pads, value=3)
+  assert got.dtype == dtype and got.tolist() == ref_pad(x, pads, 3)
+
+def test_max_and_min_of_many_int8_stay_int8():  # past 2**15 elements they pad to a split with the identity
+  x = rand_ints((40009,), 113, -128, 127)
+  t = Tensor(x, dtype=dtypes.int8)
+  assert t.max().dtype == t.min().dtype == dtypes.int8 and (t.max().item(), t.min().item()) == (max(x), min(x))
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_python_ints_past_int32_make_int64_tensors(device):
+  assert Tensor([2**31, 1], device=device).dtype == dtypes.int64
+  assert Tensor([2**31, -2**40], device=device).tolist() == [2**31, -2**40]
+  assert Tensor(2**40, device=device).dtype == dtypes.int64 and Tensor(2**40, device=device).item() == 2**40
+  for got, want in [(Tensor([1, -3], device=device) * 2**40, [2**40, -3 * 2**40]),  # the scalar doesn't fit int32
+                    (2**40 - Tensor([1, -3], device=device), [2**40 - 1, 2**40 + 3]),
+                    (Tensor([100, -3], dtype=dtypes.int8, device=device) * 300, [30000, -900]),  # nor int8
+                    (Tensor([5, 0], dtype=dtypes.uint32, device=device) + -1, [4, -1])]:  # nor uint32
+    assert got.dtype == dtypes.int64 and got.tolist() == want
+
+OVERFLOWS = {  # name: (what the user wrote, the value and dtype the message names)
+  "scalar": (lambda: Tensor(2**40, dtype="int32"), "1099511627776", "int"),
+  "list": (lambda: Tensor([1, 300], dtype="uint8"), "300", "uchar"),
+  "negative unsigned": (lambda: Tensor([-1], dtype=dtypes.uint32), "-1", "uint"),
+  "full": (lambda: Tensor.full((2,), 2**40, dtype="int32"), "1099511627776", "int"),
+  "past int64": (lambda: Tensor(2**63), "9223372036854775808", "long"),
+  "list past int64": (lambda: Tensor([1, -2**63 - 1]), "-9223372036854775809", "long"),
+  "scalar operand past int64": (lambda: Tensor([1]) * 2**70, "1180591620717411303424", "long"),
+  "arange": (lambda: Tensor.arange(250, 260, dtype="uint8"), "259", "uchar"),
+}
+
+@pytest.mark.parametrize("name", OVERFLOWS)
+def test_ints_that_dont_fit_raise_overflow_error_naming_value_and_dtype(name):
+  make, value, dtype = OVERFLOWS[name]
+  with pytest.raises(OverflowError) as e: make()
+  assert value in str(e.value) and f"dtypes.{dtype} " in str(e.value)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("dtype, lo, hi", [(dtypes.uint8, 0, 255), (dtypes.uint32, 0, 2**32 - 1),
+                                           (dtypes.int8, -128, 127), (dtypes.int32, -2**31, 2**31 - 1)])
+def test_invert_flips_every_bit_of_any_int(device, dtype, lo, hi):
+  x = rand_ints((3, 7), 114, lo, hi)
+  got = ~Tensor(x, dtype=dtype, device=device)
+  assert got.dtype == dtype and got.tolist() == ref_ew(lambda v: hi - v if lo == 0 else -v - 1, x)
+
+def test_numpy_scalars_in_a_list_keep_their_kind():
+  np = pytest.importorskip("numpy")
+  cases = [([np.float32(1.5), np.float32(-2.25)], dtypes.float32, [1.5, -2.25]),
+           ([np.float64(0.5), 2], dtypes.float32, [0.5, 2.0]), ([np.float16(1.5)], dtypes.float16, [1.5]),
+           ([np.int64(3), np.int32(-4)], dtypes.int32, [3, -4]), ([np.int64(2**40), 1], dtypes.int64, [2**40, 1]),
+           ([np.uint8(200), np.int8(-1)], dtypes.int32, [200, -1]), ([np.True_, np.False_], dtypes.bool, [True, False]),
+           ([[np.float32(0.25)], [1]], dtypes.float32, [[0.25], [1.0]])]
+  for data, dtype, want in cases:
+    t = Tensor(data)
+    assert t.dtype == dtype and t.tolist() == want, data
+
+@pytest.mark.parametrize("data, named", [(["a"], "'a'"), ([None], "None"), ([[1], ["x"]], "'x'"), ([1.5, "2"], "'2'")])
+def test_data_that_is_not_numbers_is_refused_naming_it(data, named):
+  for dtype in (None, dtypes.float32, dtypes.bool):  # a dtype given doesn't make a string a number
+    with pytest.raises(TypeError) as e: Tensor(data, dtype=dtype)
+    assert named in str(e.value)
+
+def test_ragged_data_is_a_shape_error():
+  with pytest.raises(tiny.ShapeError, match="ragged"): Tensor([[1, 2], [3, [4]]])
+
+def test_bool_subtraction_and_negation_are_type_errors():  # numpy and torch refuse both; -True is -1 in Python
+  p, q = Tensor([True, False, True]), Tensor([True, True, False])
+  for bad in (lambda: p - q, lambda: -p, lambda: True - q, lambda: p.neg(), lambda: p.sub(False)):
+    with pytest.raises(TypeError, match="bool"): bad()
+  assert (p - 1).dtype == dtypes.int32 and (p - 1).tolist() == [0, -1, 0]  # with an int it is int arithmetic
+  assert (~p).tolist() == [False, True, False] and (p ^ q).tolist() == [False, True, True]
+
+def test_truth_value_of_a_tensor_is_its_only_element():
+  assert bool(Tensor([1.0])) is True and bool(Tensor([[0]])) is False and bool(Tensor(2.5)) is True
+  assert not (Tensor([1.0, 2.0]).sum() - 3)  # computed first: a graph, not a buffer
+  assert Tensor([1.0]) not in [Tensor([2.0]), Tensor([3.0])] and Tensor([2.0]) in [Tensor([1.0]), Tensor([2.0])]
+  for bad in (Tensor([1.0, 2.0]), Tensor.ones(3, 7) > 0, Tensor.zeros(0)):
+    for error in (ValueError, RuntimeError):  # numpy raises the first, torch the second
+      with pytest.raises(error, match="ambiguous"): bool(bad)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_int_sums_add_up_in_int64(device):
+  x = rand_ints((7, 33), 115, -128, 127)
+  for dtype in (dtypes.int8, dtypes.int32, dtypes.int64):
+    got = Tensor(x, dtype=dtype, device=device).sum(axis=1)
+    assert got.dtype == dtypes.int64 and got.tolist() == ref_reduce(sum, x, 1)
+  u = ref_ew(lambda v: v + 128, x)
+  assert Tensor(u, dtype=dtypes.uint8, device=device).sum().tolist() == sum(flat(u))
+  big = Tensor([3000000000, 4000000000, 5], dtype=dtypes.uint32, device=device).sum()
+  assert big.dtype == dtypes.int64 and big.item() == 7000000005
+  assert (Tensor(x, device=device) > 0).sum().dtype == dtypes.int64
+  assert Tensor(x, dtype=dtypes.int8, device=device).mean().dtype == dtypes.float32
+
+def test_int32_sum_past_int32_is_exact():
+  assert Tensor.full((100000,), 100000, dtype="int32").sum().item() == 10000000000
+
+BAD_SIZES = {"zeros(-2)": lambda: Tensor.zeros(-2), "ones(2.5)": lambda: Tensor.ones(2.5),
+             "full((-1, 3))": lambda: Tensor.full((-1, 3), 1.0), "empty(-1)": lambda: Tensor.empty(-1),
+             "rand(-3)": lambda: Tensor.rand(-3), "randn(3, -1)": lambda: Tensor.randn(3, -1),
+             "expand(-2, 3)": lambda: Tensor.ones(1, 3).expand(-2, 3),
+             "reshape(2.5, 2)": lambda: Tensor.ones(5).reshape(2.5, 2),
+             "reshape(1.6, 2.5)": lambda: Tensor.ones(4).reshape(1.6, 2.5),  # would never fold into strides
+             "reshape(-2, -3)": lambda: Tensor.ones(6).reshape(-2, -3),
+             "pad that crops past the size": lambda: Tensor.ones(3, 7).pad(((-2, -2), (0, 0))),
+             "arange(0, 1e30, 1.0)": lambda: Tensor.arange(0, 1e30, 1.0)}
+
+@pytest.mark.parametrize("name", BAD_SIZES)
+def test_negative_or_fractional_sizes_raise_value_error_at_the_op(name):
+  with pytest.raises(ValueError): BAD_SIZES[name]()
+
+def test_expand_keeps_a_dim_given_as_minus_one():
+  x = rand_list((3, 1), 116)
+  assert Tensor(x).expand(-1, 5).tolist() == ref_ew(lambda v, _: v, x, [[0.0] * 5])
+
+@pytest.mark.parametrize("make", [lambda: Tensor.ones(2**40, 2**40), lambda: Tensor.empty(2**32, 2**32),
+                                  lambda: Tensor.rand(2**62, 2, 2), lambda: Tensor.ones(3, 1).expand(3, 2**62),
+                                  lambda: Tensor.ones(2**32).reshape(2**32, 1).expand(2**32, 2**32)])
+def test_shapes_no_index_can_count_raise_naming_the_shape(make):
+  with pytest.raises(ValueError, match="elements"): make()
+
+def test_a_shape_of_int64_many_elements_is_allowed():
+  assert Tensor.ones(2**31, 2**32 - 1).shape == (2**31, 2**32 - 1)
+
+@pytest.mark.parametrize("op", [lambda t: t.sum((0, 0)), lambda t: t.sum((2, -1)), lambda t: t.flip((0, 0)),
+                                lambda t: t.max((0, 0)), lambda t: t.min((2, -1)), lambda t: t.mean((0, -3))])
+def test_an_axis_named_twice_is_a_shape_error(op):
+  with pytest.raises(tiny.ShapeError): op(Tensor.ones(3, 7, 5))
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_zero_d_tensors_take_axis_0_and_minus_1(device):
+  t = Tensor(3.0, device=device)
+  for got, want in [(t.sum(0), 3.0), (t.sum(-1), 3.0), (t.max(0), 3.0), (t.min(-1), 3.0), (t.mean(0), 3.0),
+                    (t.softmax(), 1.0), (t.log_softmax(0), 0.0), (t.sum(0, keepdim=True), 3.0), (t.flip(0), 3.0)]:
+    assert got.shape == () and got.item() == want
+  with pytest.raises(IndexError): t.sum(1)
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 0, 3), (3, 5, 0), (0,), (1, 0, 1)])
+def test_tolist_of_a_shape_with_a_zero_nests_empty_lists(shape):
+  assert Tensor.ones(*shape).tolist() == build(shape, lambda _: 1.0)
+
+@pytest.mark.parametrize("key", [lambda: Tensor([0, 1]), lambda: [0, 2], lambda: (slice(None), [1]),
+                                 lambda: (0, Tensor([1]))])
+def test_indexing_with_a_tensor_or_list_is_a_type_error(key):
+  with pytest.raises(TypeError, match="not supported"): Tensor.ones(3, 7)[key()]
+
+SHAPE_ERRORS = {
+  "reshape with two -1": lambda: Tensor.ones(4).reshape(-1, -1, 2),
+  "reshape to another size": lambda: Tensor.ones(3, 7).reshape(4, 5),
+  "permute of too few dims": lambda: Tensor.ones(2, 3, 5, 7).permute(0, 2),
+  "permute with a repeat": lambda: Tensor.ones(3, 7).permute(1, 1),
+  "expand of a size that isn't 1": lambda: Tensor.ones(3, 7).expand(5, 7),
+  "flip with a repeat": lambda: Tensor.ones(3, 7).flip((1, -1)),
+  "sum with a repeat": lambda: Tensor.ones(3, 7).sum((0, -2)),
+  "matmul": lambda: Tensor.ones(3, 7) @ Tensor.ones(5, 3),
+  "dot of a 0-d tensor": lambda: Tensor(2.0).dot(Tensor.ones(3)),
+  "cat": lambda: Tensor.ones(3, 7).cat(Tensor.ones(3, 5), dim=0),
+  "stack": lambda: Tensor.stack([Tensor.ones(3), Tensor.ones(5)]),
+  "broadcast": lambda: Tensor.ones(3, 7) + Tensor.ones(7, 3),
+  "shrink": lambda: Tensor.ones(3, 7).shrink(((0, 4), None)),
+  "pad of too many dims": lambda: Tensor.ones(3, 7).pad(((1, 1),) * 3),
+}
+
+@pytest.mark.parametrize("name", SHAPE_ERRORS)
+def test_shape_errors_are_value_errors_and_runtime_errors(name):  # numpy raises the first; torch, tinygrad the second
+  with pytest.raises(tiny.ShapeError) as e: SHAPE_ERRORS[name]()
+  assert isinstance(e.value, ValueError) and isinstance(e.value, RuntimeError)
+
+@pytest.mark.parametrize("args, dtype", [((2**31 + 10,), dtypes.int64), ((2**31 - 1,), dtypes.int32),
+                                         ((-2**31 - 1, 0), dtypes.int64), ((5, -2**31 - 2, -2**31), dtypes.int32),
+                                         ((-5, -2**31 - 6, -2**30), dtypes.int64), ((2**31 - 5, 2**31), dtypes.int32),
+                                         ((0, 2**40, 2**39), dtypes.int64)])
+def test_arange_past_int32_is_int64(args, dtype):
+  assert Tensor.arange(*args).dtype == dtype
+
+def test_arange_of_values_past_int32():
+  for args in [(2**31, 2**31 + 5), (0, 2**40, 2**39), (-5, -2**31 - 6, -2**30), (5, -2**31 - 2, -2**31)]:
+    assert Tensor.arange(*args).tolist() == list(range(*args))
+
+@pytest.mark.parametrize("dtype, lo, hi", [(dtypes.bool, False, True), (dtypes.int8, -128, 127), (dtypes.uint8, 0, 255),
+                                           (dtypes.int32, -2**31, 2**31 - 1), (dtypes.uint32, 0, 2**32 - 1),
+                                           (dtypes.int64, -2**63, 2**63 - 1), (dtypes.float16, -math.inf, math.inf),
+                                           (dtypes.float32, -math.inf, math.inf)])
+def test_dtypes_min_and_max(dtype, lo, hi):
+  assert (dtypes.min(dtype), dtypes.max(dtype)) == (lo, hi) and type(dtypes.min(dtype)) is type(lo)
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_stack_takes_a_list_a_tuple_or_tensors(dim):
+  a, b, c = rand_list((3, 7), 117), rand_list((3, 7), 118), rand_list((3, 7), 119)
+  want = ref_cat([ref_unsqueeze(x, dim % 3) for x in (a, b, c)], dim % 3)
+  ts = [Tensor(x) for x in (a, b, c)]
+  assert Tensor.stack(ts, dim=dim).tolist() == Tensor.stack(tuple(ts), dim=dim).tolist() == \
+    Tensor.stack(*ts, dim=dim).tolist() == want
+
+PAD_SOURCE = {  # mode: the element of a dim of size s that position i shows, i counted from the first original one
+  "reflect": lambda i, s: -i if i < 0 else 2 * (s - 1) - i if i >= s else i,
+  "replicate": lambda i, s: min(max(i, 0), s - 1),
+  "circular": lambda i, s: i % s}
+
+def ref_pad_mode(x, pads, mode, value=0.0):
+  if mode == "constant": return ref_pad(x, pads, value)
+  shape = shape_of(x)
+  def cell(idx): return at(x, [PAD_SOURCE[mode](i - b, s) for i, (b, _), s in zip(idx, pads, shape)])
+  return build(tuple(b + s + a for s, (b, a) in zip(shape, pads)), cell)
+
+def flat_pads(pads): return tuple(v for pair in reversed(pads) for v in pair)  # torch's order: the last dim first
+
+PAD_CASES = [((3, 7), ((2, 1), (3, 6))), ((5, 3, 9), ((0, 4), (2, 2), (8, 1))), ((1003,), ((5, 2),)),
+             ((3, 7), ((-1, 2), (3, -4))), ((5, 3, 9), ((1, -2), (0, 0), (-3, 5))), ((7, 5), ((0, 0), (4, 3)))]
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, pads", PAD_CASES)
+@pytest.mark.parametrize("flat", [False, True], ids=["pairs", "flat"])
+def test_pad_modes_match_reference(mode, shape, pads, flat):
+  x = rand_list(shape, 120)
+  kw = {"value": -2.5} if mode == "constant" else {}
+  got = Tensor(x).pad(flat_pads(pads) if flat else pads, mode=mode, **kw)
+  assert got.tolist() == ref_pad_mode(x, pads, mode, -2.5)
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_pad_modes_of_ints_on_the_emulator(mode):
+  x, pads = rand_ints((3, 7), 121), ((2, -1), (6, 3))
+  got = Tensor(x, device="PYTHON").pad(flat_pads(pads)[:2], mode=mode)  # flat, short: the last dim only
+  assert got.dtype == dtypes.int32 and got.tolist() == ref_pad_mode(x, ((0, 0), (6, 3)), mode)
+  got = Tensor(x, device="PYTHON").pad(pads, mode=mode)
+  assert got.tolist() == ref_pad_mode(x, pads, mode)
+
+def test_pad_circular_wraps_at_most_once():
+  x = rand_list((3, 7), 122)
+  assert Tensor(x).pad(((3, 3), (7, 0)), mode="circular").tolist() == ref_pad_mode(x, ((3, 3), (7, 0)), "circular")
+  with pytest.raises(ValueError): Tensor(x).pad(((4, 0), (0, 0)), mode="circular")
+
+@pytest.mark.parametrize("bad", [lambda t: t.pad(((3, 0), (0, 0)), mode="reflect"),  # reflect: less than the size
+                                 lambda t: t.pad((0, 7), mode="reflect"), lambda t: t.pad((0, 8), mode="circular"),
+                                 lambda t: t.shrink(((0, 0), None)).pad(((1, 0), (0, 0)), mode="replicate"),
+                                 lambda t: t.pad((1, 1), mode="wrap"), lambda t: t.pad((1, 1), 1.0, mode="reflect")])
+def test_pad_modes_refuse_what_they_cant_do(bad):
+  with pytest.raises(ValueError): bad(Tensor.ones(3, 7))
 
 # ------------------------------------------------------------------------------------------------------------------
 # DEBUG output, NOOPT, and the on-disk kernel cache (each in a fresh process, since they read the environment)
@@ -1237,7 +1495,7 @@ INTS_AND_BOOLS = {  # name: (inputs, tiny graph, reference, dtype); int lists be
   "int arithmetic": ([rand_ints((3, 7), 98), rand_ints((7,), 99)], lambda a, b: a * b - a + 3,
                      lambda a, b: ref_ew(lambda x, y: x * y - x + 3, a, b), dtypes.int32),
   "int sum over an axis": ([rand_ints((7, 33), 100)], lambda a: a.sum(axis=0), lambda a: ref_reduce(sum, a, 0),
-                           dtypes.int32),
+                           dtypes.int64),
   "int max over an axis": ([rand_ints((7, 33), 101)], lambda a: a.max(axis=1), lambda a: ref_reduce(max, a, 1),
                            dtypes.int32),
   "comparison selects ints": ([rand_ints((3, 7), 102), rand_ints((3, 7), 103)], lambda a, b: (a < b).where(a, b),
@@ -1246,7 +1504,7 @@ INTS_AND_BOOLS = {  # name: (inputs, tiny graph, reference, dtype); int lists be
                  lambda p, q: (p & q) ^ (p | q.logical_not()),
                  lambda p, q: ref_ew(lambda x, y: (x and y) != (x or not y), p, q), dtypes.bool),
   "count of true values": ([rand_list((7, 33), 106)], lambda x: (x > 0).sum(axis=1),
-                           lambda x: ref_reduce(lambda v: sum(e > 0 for e in v), x, 1), dtypes.int32),
+                           lambda x: ref_reduce(lambda v: sum(e > 0 for e in v), x, 1), dtypes.int64),
   "float to int truncates": ([rand_list((3, 7), 107, -9, 9)], lambda x: x.int(), lambda x: ref_ew(int, x),
                              dtypes.int32),
 }

@@ -3,7 +3,7 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
-import functools, itertools, weakref, operator, atexit, mmap, shlex, shutil, threading, warnings
+import functools, itertools, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -63,9 +63,18 @@ class dtypes:
     if isinstance(x, str) and isinstance(getattr(dtypes, x, None), DType): return getattr(dtypes, x)
     raise TypeError(f"{x!r} is not a dtype; use one of {', '.join(d.name for d in dtypes.all)}")
   @staticmethod
-  def limits(d:DType) -> tuple[int, int]:
+  def limits(d:DType) -> tuple:
+    """The smallest and largest value of d: an int's range, False and True, -inf and inf (as tinygrad's min and max)."""
+    if dtypes.is_float(d): return (-math.inf, math.inf)
+    if d.scalar == dtypes.bool: return (False, True)
     bits = 8 * d.itemsize
     return (0, 2**bits - 1) if dtypes.is_unsigned(d) else (-2**(bits-1), 2**(bits-1) - 1)
+  @staticmethod
+  def min(d:DType): return dtypes.limits(d)[0]
+  @staticmethod
+  def max(d:DType): return dtypes.limits(d)[1]
+  @staticmethod
+  def fits(d:DType, x) -> bool: return dtypes.min(d) <= x <= dtypes.max(d)
   @staticmethod
   def promote(*ds:DType) -> DType:
     """The dtype two operands meet in: the higher one, but a signed int with an unsigned one needs a wider signed int."""
@@ -541,16 +550,53 @@ class ShapeTracker:
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
+class ShapeError(ValueError, RuntimeError):
+  """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
+  raise, so that handlers written for either catch it."""
+
+def check_shape(shape:tuple) -> tuple[int, ...]:
+  """Every creation op, and every movement op that takes sizes, checks the shape it makes here, so that a bad size
+  fails at the op that made it: sizes are ints >= 0, and an int64 index can count the elements."""
+  if not all(isinstance(s, (int, numbers.Integral)) and s >= 0 for s in shape):  # int first: the common case is quick
+    raise ShapeError(f"shape {tuple(shape)}: sizes must be ints >= 0")
+  if prod(shape) > 2**63 - 1:  # int64's max
+    raise ShapeError(f"shape {tuple(shape)} has {prod(shape)} elements: more than an int64 index can count")
+  return tuple(shape)
+
 def _flatten(data) -> tuple[list, tuple[int, ...]]:
   if not isinstance(data, (list, tuple)): return [data], ()
   if not any(isinstance(d, (list, tuple)) for d in data): return list(data), (len(data),)
   parts = [_flatten(d) for d in data]
   if any(shape != parts[0][1] for _, shape in parts):
-    raise ValueError(f"ragged nested list: can't make a tensor of {data!r}")
+    raise ShapeError(f"ragged nested list: can't make a tensor of {data!r}")
   return [v for vals, _ in parts for v in vals], (len(data),) + parts[0][1]
 
+def _checked(d:DType, v):
+  """v as a Python value of dtype d. An int out of d's range raises: wrapped (see truncate), it would quietly become
+  another number."""
+  x = dtypes.python(d)(v)
+  if dtypes.is_int(d) and not dtypes.fits(d, x):
+    raise OverflowError(f"{v!r} is out of range for {d} ({dtypes.min(d)} to {dtypes.max(d)})")
+  return x
+
 def _dtype_of_scalar(v) -> DType:
-  return dtypes.bool if isinstance(v, bool) else dtypes.int32 if isinstance(v, int) else dtypes.float32
+  """A number's own dtype: bool, int32 (int64 past int32's range), float32. numpy scalars, known by their dtype
+  (tiny doesn't import numpy), follow the same rule, but a float16 stays float16."""
+  np_dtype = str(getattr(v, "dtype", ""))
+  if isinstance(v, bool) or np_dtype == "bool": return dtypes.bool
+  if isinstance(v, numbers.Integral):
+    _checked(dtypes.int64, v)  # past int64, no dtype holds it
+    return dtypes.int32 if dtypes.fits(dtypes.int32, v) else dtypes.int64
+  if isinstance(v, numbers.Real): return dtypes.float16 if np_dtype == "float16" else dtypes.float32
+  raise TypeError(f"can't make a tensor of {v!r}: a {type(v).__name__} is not a number")
+
+def _dtype_of_list(vals:list) -> DType:
+  """The promotion of the elements' own dtypes. Python bools, ints and floats are told apart by their types and the
+  ints' extremes, so that a list of millions costs no Python call per element."""
+  kinds = set(map(type, vals))
+  if not kinds <= {bool, int, float}: return dtypes.promote(*{_dtype_of_scalar(v) for v in vals})
+  if float in kinds or not vals: return dtypes.float32
+  return dtypes.promote(_dtype_of_scalar(min(vals)), _dtype_of_scalar(max(vals)))
 
 def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(s) for s in shapes)
@@ -558,9 +604,21 @@ def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for dims in zip(*padded):
     sizes = {d for d in dims if d != 1}
-    if len(sizes) > 1: raise ValueError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together")
+    if len(sizes) > 1: raise ShapeError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together")
     out.append(sizes.pop() if sizes else 1)
   return tuple(out)
+
+# pad modes that continue the values past an edge, each made of views and cat: for a dim d of size s padded by b
+# before and a after, the most one side can take, and (x, d, s, b, a) -> what goes before and what goes after
+EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
+  "reflect": (lambda s: s - 1,  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
+              lambda x, d, s, b, a: (x._along(d, 1, b + 1).flip(d), x._along(d, s - 1 - a, s - 1).flip(d))),
+  "replicate": (lambda s: math.inf if s else 0,  # 0 0 0 | 0 1 2 3 | 3 3 3
+                lambda x, d, s, b, a: (x._along(d, 0, 1).expand(*[b if i == d else -1 for i in range(x.ndim)]),
+                                       x._along(d, s - 1, s).expand(*[a if i == d else -1 for i in range(x.ndim)]))),
+  "circular": (lambda s: s,  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
+               lambda x, d, s, b, a: (x._along(d, s - b, s), x._along(d, 0, a))),
+}
 
 class Tensor:
   _seed, _counter = 0, 0
@@ -569,15 +627,15 @@ class Tensor:
     self.device = Device.canonical(device)
     if isinstance(data, UOp): self.uop = data; return
     if isinstance(data, (bool, int, float)):
-      self.uop = UOp.const(dtype or _dtype_of_scalar(data), data); return
+      dtype = dtype or _dtype_of_scalar(data)
+      self.uop = UOp.const(dtype, _checked(dtype, data)); return
     if isinstance(data, (list, tuple)):
       vals, shape = _flatten(data)
-      dtype = dtype or (dtypes.float32 if any(isinstance(v, float) for v in vals) else dtypes.int32
-                        if any(not isinstance(v, bool) for v in vals) else dtypes.bool if vals else dtypes.float32)
+      own = _dtype_of_list(vals)  # also where a dtype is given: it checks that every element is a number
+      dtype = dtype or own
       try: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *vals)
-      except (struct.error, OverflowError):
-        raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, dtypes.python(dtype)(v)) for v in vals])
-      fmt = dtype
+      except (struct.error, OverflowError):  # a float for an int, or out of the format's range: convert one by one
+        raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, _checked(dtype, v)) for v in vals])
     else:
       try: mv = memoryview(data)
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
@@ -606,32 +664,39 @@ class Tensor:
   def __len__(self):
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
+  def __bool__(self) -> bool:  # so that `if t:` and `t in [u]` mean its value, not "a Tensor object exists"
+    if self.numel() != 1: raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous: only a "
+                                           "tensor of one element is True or False")
+    return bool(self.item())
   def __repr__(self): return f"<Tensor {self.uop.op.name} {self.shape} {self.dtype.name} on {self.device}>"
 
   # --- creation
   @staticmethod
-  def _shape(shape) -> tuple[int, ...]:
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+  def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   @staticmethod
   def full(shape, value, dtype=None, device=None) -> Tensor:
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @staticmethod
   def zeros(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.full(Tensor._shape(shape), 0.0, dtype or dtypes.float, device)
+    return Tensor.full(Tensor._unpack(shape), 0.0, dtype or dtypes.float, device)
   @staticmethod
   def ones(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.full(Tensor._shape(shape), 1.0, dtype or dtypes.float, device)
+    return Tensor.full(Tensor._unpack(shape), 1.0, dtype or dtypes.float, device)
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
-    shape, dtype = Tensor._shape(shape), dtypes.of(dtype or dtypes.float)
+    shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
     buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
     return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
   @staticmethod
   def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     if stop is None: start, stop = 0, start
-    n = max(0, math.ceil((stop - start) / step))
-    dtype = dtype or (dtypes.float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int)
+    n = check_shape((max(0, math.ceil((stop - start) / step)),))[0]
+    ends = (start, start + max(n - 1, 0) * step)  # int32 unless a value it holds needs int64, as in tinygrad
+    dtype = dtypes.of(dtype or (dtypes.float if any(isinstance(v, float) for v in (start, stop, step))
+                                else dtypes.promote(*map(_dtype_of_scalar, ends))))
+    for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @staticmethod
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
@@ -648,7 +713,7 @@ class Tensor:
   def _bits(shape, device=None) -> Tensor:
     """32 random bits per element: a counter-based hash of (seed, counter + index), computed on the device. The
     counter advances when the op is created, so each rand differs and repeats whatever order it is realized in."""
-    n = prod(shape)
+    n = prod(check_shape(shape))
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
     x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32)
     # the counter is data, not a constant in the source, so every rand call runs the same compiled kernel
@@ -658,21 +723,23 @@ class Tensor:
     return (x ^ (x >> 16)).reshape(shape)
   @staticmethod
   def rand(*shape, dtype=None, device=None) -> Tensor:
-    bits = Tensor._bits(Tensor._shape(shape), device)
+    bits = Tensor._bits(Tensor._unpack(shape), device)
     return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
   @staticmethod
   def randn(*shape, dtype=None, device=None) -> Tensor:
-    shape = Tensor._shape(shape)
+    shape = Tensor._unpack(shape)
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
     return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
 
   # --- elementwise
   def _const(self, v) -> Tensor:
+    """A Python scalar takes this tensor's dtype where it is of the same kind or a lower one (an int with an int
+    tensor, any number with a float one), as in numpy 2 and tinygrad. An int that dtype can't hold makes it int64."""
     if isinstance(v, Tensor): return v
     if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
     dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) \
       or (isinstance(v, int) and self.dtype != dtypes.bool) else _dtype_of_scalar(v)
-    return Tensor(v, dtype, self.device)
+    return Tensor(v, dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype, self.device)
   def _broadcast(self, *others) -> list[Tensor]:
     ts = [self] + [self._const(o) for o in others]
     if len({t.device for t in ts}) > 1:
@@ -693,10 +760,14 @@ class Tensor:
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
-  def sub(self, x) -> Tensor: a, b = self._broadcast(x); return a + (-b)
+  def sub(self, x) -> Tensor:
+    a, b = self._broadcast(x)
+    if a.dtype == dtypes.bool: raise TypeError("can't subtract bool tensors, as numpy and torch can't: use ^ or & ~")
+    return a + (-b)
   def div(self, x) -> Tensor: a, b = self._broadcast(x); return a._float() * b._float().reciprocal()
-  def neg(self) -> Tensor:
-    return self.logical_not() if self.dtype == dtypes.bool else Tensor(self.uop.alu(Ops.NEG), device=self.device)
+  def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
+    if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
+    return Tensor(self.uop.alu(Ops.NEG), device=self.device)
   def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)
   def __add__(self, x): return self.add(x)
   def __radd__(self, x): return self._const(x).add(self)
@@ -726,15 +797,17 @@ class Tensor:
   def __rshift__(self, n:int): return self._bitop(Ops.SHR, n)
   def __lshift__(self, n:int): return self._bitop(Ops.SHL, n)
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, True)
-  def __invert__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._bitop(Ops.XOR, -1)
+  def __invert__(self) -> Tensor:  # xor with all ones: -1 for a signed int, the largest value for an unsigned one
+    return self.logical_not() if self.dtype == dtypes.bool else self._bitop(Ops.XOR, truncate(self.dtype, -1))
   def maximum(self, x) -> Tensor: return self._alu(Ops.MAX, x)
   def minimum(self, x) -> Tensor:  # through max, so a nan wins here too
     a, b = self._broadcast(x)
     return a._reverse_order().maximum(b._reverse_order())._reverse_order()
   def _reverse_order(self) -> Tensor: return -self if dtypes.is_float(self.dtype) else ~self  # ~x never overflows
   def where(self, x, y) -> Tensor:
-    cond, x, y = self.cast(dtypes.bool)._broadcast(x, y)
-    x, y = x._broadcast(y)
+    """A Python scalar branch takes the other branch's dtype, as it would in x + 3; two scalars take their own."""
+    if not isinstance(x, Tensor): x = y._const(x) if isinstance(y, Tensor) else Tensor(x, device=self.device)
+    cond, x, y = self.cast(dtypes.bool)._broadcast(x, x._const(y))
     return Tensor(cond.cast(dtypes.bool).uop.alu(Ops.WHERE, x.uop, y.uop), device=self.device)
   def cast(self, dtype) -> Tensor: return Tensor(self.uop.cast(dtypes.of(dtype)), device=self.device)
   def float(self) -> Tensor: return self.cast(dtypes.float)
@@ -758,8 +831,11 @@ class Tensor:
 
   # --- reductions
   def _axes(self, axis) -> tuple[int, ...]:
+    """The dims an op works along, sorted. A 0-d tensor takes axis 0 or -1, as in torch and tinygrad, and has none."""
     axes = range(self.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
-    return tuple(sorted({self._dim(a) for a in axes}))
+    dims = [self._dim(a) for a in axes]
+    if len(set(dims)) != len(dims): raise ShapeError(f"axis {axis} names a dim twice, for shape {self.shape}")
+    return tuple(sorted(dims)) if self.ndim else ()
   def _dim(self, d:int, extra:int=0) -> int:
     n = self.ndim + extra
     if not -max(n, 1) <= d < max(n, 1):
@@ -783,8 +859,8 @@ class Tensor:
     x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, self.dtype).arg)
     partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
     return partial._reduce_axis(op, (len(kept),))
-  def sum(self, axis=None, keepdim=False) -> Tensor:
-    x = self.cast(dtypes.int) if self.dtype in (dtypes.bool, dtypes.int8, dtypes.uint8) else self
+  def sum(self, axis=None, keepdim=False) -> Tensor:  # ints and bools add up in int64, as in numpy and torch
+    x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
@@ -804,41 +880,63 @@ class Tensor:
     base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
     return Tensor(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)), device=self.device)
   def reshape(self, *shape) -> Tensor:
-    shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._shape(shape))]
-    if shape.count(-1) > 1: raise ValueError(f"reshape to {tuple(shape)}: only one dimension can be -1")
+    shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
+    if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
       shape[shape.index(-1)] = self.numel() // rest if rest else 0
-    if prod(shape) != self.numel() or any(s < 0 for s in shape):
-      raise ValueError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
+    if prod(check_shape(shape)) != self.numel():  # checked first: a size like 2.5 would never fold into strides
+      raise ShapeError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
     return self if tuple(shape) == self.shape else self._view("reshape", tuple(shape))
   def permute(self, *order) -> Tensor:
-    order = tuple(self._dim(d) for d in Tensor._shape(order))
-    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute {order} is not an order of {self.ndim} dims")
+    order = tuple(self._dim(d) for d in Tensor._unpack(order))
+    if sorted(order) != list(range(self.ndim)): raise ShapeError(f"permute {order} is not an order of {self.ndim} dims")
     return self._view("permute", order)
   def expand(self, *shape) -> Tensor:
-    shape = Tensor._shape(shape)
-    shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
-    if broadcast_shape(self.shape, shape) != shape: raise ValueError(f"can't expand {self.shape} to {shape}")
+    shape = Tensor._unpack(shape)
+    shape = check_shape(tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
+    if broadcast_shape(self.shape, shape) != shape: raise ShapeError(f"can't expand {self.shape} to {shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
     return x if x.shape == shape else x._view("expand", shape)
-  def pad(self, padding, value=0.0) -> Tensor:
+  def pad(self, padding, value=0.0, mode:str="constant") -> Tensor:
+    """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
+    (before, after) pair or None per dim; a negative amount crops. Past the edges, "constant" holds value, "reflect"
+    mirrors the values inside the edge, "replicate" repeats the edge and "circular" wraps around."""
     if all(isinstance(p, int) for p in padding):  # flat, torch order: the last dim first
-      if len(padding) % 2: raise ValueError(f"flat padding {padding} needs pairs")
+      if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
       pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
       padding = [(0, 0)] * (self.ndim - len(pairs)) + pairs
     padding = tuple((0, 0) if p is None else tuple(p) for p in padding)
-    if len(padding) != self.ndim: raise ValueError(f"padding {padding} doesn't match shape {self.shape}")
-    if any(b < 0 or a < 0 for b, a in padding): return self.shrink(tuple((-min(b, 0), s + min(a, 0))
-      for s, (b, a) in zip(self.shape, padding))).pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value)
-    out = self._view("pad", padding)
-    if value == 0: return out
-    return Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(padding).where(out, value)
+    if len(padding) != self.ndim: raise ShapeError(f"padding {padding} doesn't match shape {self.shape}")
+    if mode != "constant":
+      if mode not in EDGE_PADS: raise ValueError(f"pad mode {mode!r} is not one of constant, {', '.join(EDGE_PADS)}")
+      if value != 0: raise ValueError(f"pad mode {mode!r} takes no value: only constant does")
+    check_shape(tuple(s + b + a for s, (b, a) in zip(self.shape, padding)))
+    grow = tuple((max(b, 0), max(a, 0)) for b, a in padding)  # pad, then crop where an amount is negative
+    if mode in EDGE_PADS: x = self._pad_edges(grow, mode)
+    else:
+      x = self._view("pad", grow)
+      if value != 0: x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
+    return x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, x.shape)))
+  def _pad_edges(self, grow, mode:str) -> Tensor:
+    """One dim at a time: cat what goes before, the tensor, and what goes after, each a view of the tensor."""
+    most, edges = EDGE_PADS[mode]
+    x = self
+    for d, ((b, a), s) in enumerate(zip(grow, self.shape)):
+      if b == a == 0: continue
+      if max(b, a) > most(s): raise ShapeError(f"{mode} pad ({b}, {a}) of dim {d}: size {s} allows {most(s)} a side")
+      before, after = edges(x, d, s, b, a)
+      x = Tensor.cat(*[t for t in (before, x, after) if t.shape[d]], dim=d)
+    return x
   def shrink(self, arg) -> Tensor:
+    if len(arg) != self.ndim: raise ShapeError(f"shrink {arg} doesn't match shape {self.shape}")
     arg = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
-    if len(arg) != self.ndim or any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
-      raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
+    if any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
+      raise ShapeError(f"shrink {arg} is out of bounds for shape {self.shape}")
+    check_shape(tuple(e - b for b, e in arg))
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view("shrink", arg)
+  def _along(self, d:int, lo:int, hi:int) -> Tensor:  # elements lo to hi-1 of dim d
+    return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
   def flip(self, axis) -> Tensor: return self._view("flip", self._axes(axis))
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
@@ -866,10 +964,13 @@ class Tensor:
       self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
     idx = list(idx) if isinstance(idx, tuple) else [idx]
-    if idx.count(Ellipsis) > 1: raise IndexError("an index can only have one ellipsis")
+    if any(isinstance(i, (Tensor, list, tuple)) for i in idx):
+      raise TypeError("indexing with a tensor or a list (fancy indexing) is not supported: use ints, slices, None, ...")
+    ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
+    if len(ellipses) > 1: raise IndexError("an index can only have one ellipsis")
     used = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if used > self.ndim: raise IndexError(f"too many indices ({used}) for a tensor of shape {self.shape}")
-    at = idx.index(Ellipsis) if Ellipsis in idx else len(idx)
+    at = ellipses[0] if ellipses else len(idx)
     idx[at:at+1] = [slice(None)] * (self.ndim - used)
     x, dim, squeeze = self, 0, []
     for i in idx:
@@ -891,7 +992,7 @@ class Tensor:
     ts, d = [self, *others], self._dim(dim)
     for t in ts:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-        raise ValueError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
+        raise ShapeError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
     dtype, total, out, at = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts), None, 0
     for t in ts:
       part = t.cast(dtype).pad(tuple((at, total - at - t.shape[d]) if i == d else (0, 0) for i in range(self.ndim)))
@@ -899,6 +1000,7 @@ class Tensor:
     return out
   @staticmethod
   def stack(*ts, dim=0) -> Tensor:
+    ts = Tensor._unpack(ts)
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
   def _is_buffer(self) -> bool: return _whole_buffer(self.uop)
@@ -911,9 +1013,9 @@ class Tensor:
     """matmul is reshape + expand + multiply + sum over the shared axis: no special kernel."""
     w = self._const(w)
     n1, n2 = self.ndim, w.ndim
-    if n1 == 0 or n2 == 0: raise ValueError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
+    if n1 == 0 or n2 == 0: raise ShapeError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
     if self.shape[-1] != w.shape[-min(n2, 2)]:
-      raise ValueError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
+      raise ShapeError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
     x = self.reshape(self.shape[:-1] + (1,) * min(n1 - 1, n2 - 1, 1) + self.shape[-1:])
     w = w.reshape(w.shape[:-2] + (1,) * min(n1 - 1, n2 - 1, 1) + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
     return (x * w).sum(-1)
@@ -934,10 +1036,11 @@ class Tensor:
   def _data(self) -> memoryview: return self.buffer().copyout()
   def tolist(self):
     vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self._data()))
-    for s in reversed(self.shape[1:]): vals = [vals[i:i+s] for i in range(0, len(vals), s)]
-    return vals[0] if not self.shape else vals if self.shape[0] else []
+    for k in range(self.ndim - 1, 0, -1):  # rows of dim k, innermost first; counted, so a size 0 anywhere works
+      vals = [vals[i * self.shape[k]:(i + 1) * self.shape[k]] for i in range(prod(self.shape[:k]))]
+    return vals if self.shape else vals[0]
   def item(self):
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.reshape(()).tolist()
   def numpy(self):
     import numpy as np
