@@ -556,6 +556,12 @@ def test_matmul_matches_reference(sa, sb):
   assert got.shape == shape_of(want)
   assert_close(got.tolist(), want, atol=1e-5)
 
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int8, dtypes.uint8])
+def test_int_matmul_keeps_its_dtype_and_wraps_like_it(dtype):
+  a, b = rand_ints((3, 7), 54, 0, 60), rand_ints((7, 5), 55, 0, 60)
+  got = Tensor(a, dtype) @ Tensor(b, dtype)
+  assert got.dtype == dtype and got.tolist() == ref_ew(lambda v: tiny.truncate(dtype, v), ref_matmul(a, b))
+
 def test_matmul_and_dot_methods_equal_operator():
   a, b = Tensor(rand_list((3, 7), 52)), Tensor(rand_list((7, 5), 53))
   assert a.matmul(b).tolist() == a.dot(b).tolist() == (a @ b).tolist()
@@ -1771,6 +1777,15 @@ def test_reductions_past_int32_count_every_element_once():
   assert (a.reshape(-1, 1) * b.reshape(1, -1)).sum().item() == f32(65536 * 32769)
   assert Tensor.ones(2**31 + 8).sum().item() == f32(2**31 + 8)
   assert Tensor([1.0, 2.0, 3.0]).reshape(3, 1).expand(3, 2**30).sum().item() == 6 * 2**30
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_arange_past_int32_counts_on(device):
+  x = Tensor.arange(2**31 + 10, device=device)
+  assert x[-1].item() == 2**31 + 9 and x[-13:-5].tolist() == list(range(2**31 - 3, 2**31 + 5))
+
+def test_a_shape_no_index_can_count_is_refused_at_the_op():
+  with pytest.raises(ValueError, match="int64"): Tensor.ones(2**40, 2**40)
+  with pytest.raises(ValueError, match="int64"): Tensor.ones(2**40, 1).expand(2**40, 2**40)
 
 def test_index_math_is_64_bit_only_where_it_must_be():
   big = Tensor([1.0, 2.0, 3.0]).reshape(3, 1).expand(3, 2**30).sum()

@@ -1018,7 +1018,8 @@ class Tensor:
       raise ShapeError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
     x = self.reshape(self.shape[:-1] + (1,) * min(n1 - 1, n2 - 1, 1) + self.shape[-1:])
     w = w.reshape(w.shape[:-2] + (1,) * min(n1 - 1, n2 - 1, 1) + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
-    return (x * w).sum(-1)
+    products = x * w
+    return products.sum(-1).cast(products.dtype)  # an int matmul keeps its dtype, as numpy's and torch's (sum: int64)
   def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
 
   # --- realization
