@@ -1991,21 +1991,26 @@ class Compiled:
     self.programs_max = getenv("LRU_PROGRAMS", 1000, least=1)
     # each runtime raises its own module's CompileError (runtimes import nothing from tiny); users catch tiny's
     self.compile_error = sys.modules[type(runtime).__module__].CompileError
+    # threads share the caches, and a buffer is freed by whichever thread drops it: reentrant, as a garbage
+    # collection inside a locked step may free one
+    self.lock = threading.RLock()
   def alloc(self, nbytes:int):
-    if bufs := self.free_cache.get(nbytes):
-      buf = bufs.pop()
-      if not bufs: del self.free_cache[nbytes]
-      self.cached -= nbytes
-      return buf
+    with self.lock:
+      if bufs := self.free_cache.get(nbytes):
+        buf = bufs.pop()
+        if not bufs: del self.free_cache[nbytes]
+        self.cached -= nbytes
+        return buf
     try: return self.runtime.alloc(nbytes)
     except (MemoryError, RuntimeError):  # the cache may hold what we need: give it back and try once more
-      self.trim(0)
+      with self.lock: self.trim(0)
       return self.runtime.alloc(nbytes)
   def free(self, buf, nbytes:int):
-    self.free_cache.setdefault(nbytes, []).append(buf)
-    self.free_cache.move_to_end(nbytes)
-    self.cached += nbytes
-    self.trim(self.cache_max)
+    with self.lock:
+      self.free_cache.setdefault(nbytes, []).append(buf)
+      self.free_cache.move_to_end(nbytes)
+      self.cached += nbytes
+      self.trim(self.cache_max)
   def trim(self, limit:int):
     """Frees cached buffers, the size freed longest ago first, until the cache holds at most limit bytes."""
     while self.cached > limit:
@@ -2016,12 +2021,16 @@ class Compiled:
   def program(self, prog:Program) -> Callable:
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
     key = (prog.name, prog.src)
-    if key in self.programs: self.programs.move_to_end(key)
-    else:
-      try: self.programs[key] = self.runtime.load(prog.name, self.binary(prog))
-      except self.compile_error as e: raise CompileError(str(e)) from None
+    with self.lock:
+      if (fn := self.programs.get(key)) is not None:
+        self.programs.move_to_end(key)
+        return fn
+    try: fn = self.runtime.load(prog.name, self.binary(prog))  # unlocked: threads compile new kernels side by side
+    except self.compile_error as e: raise CompileError(str(e)) from None
+    with self.lock:
+      self.programs[key] = fn
       if len(self.programs) > self.programs_max: self.programs.popitem(last=False)
-    return self.programs[key]
+    return fn
   def binary(self, prog:Program) -> bytes:
     """The compiled kernel, from the disk cache when it holds it. An entry starts with the hash of its key and binary,
     so one that is truncated, corrupt or stored under another key is rebuilt, never loaded."""
