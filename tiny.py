@@ -1590,8 +1590,9 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   return f"{v}{ctx.suffixes.get(d, '')}"
 
 def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
-def _shift_ok(a:UOp, b:UOp) -> bool:
-  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b)
+def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k: only where no bit reaches the sign
+  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b) and \
+    a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
 
 code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
@@ -1614,6 +1615,16 @@ def _guarded(u:UOp) -> bool:
   if u.op in (Ops.SHL, Ops.SHR): return not 0 <= u.src[1].vmin <= u.src[1].vmax < 8 * u.dtype.itemsize
   if u.op is Ops.CAST: return dtypes.is_float(u.src[0].dtype) and dtypes.is_int(u.dtype)  # nan, inf, out of range
   return u.op in (Ops.MAX, Ops.WHERE)
+
+def _wrapping(ctx:Names, u:UOp) -> str|None:
+  """Signed + - * whose bounds don't prove it in range: C calls overflow undefined (and gcc folds `x+1 > x` to true),
+  so it runs on the unsigned bits, which wrap, as on every GPU and in the emulator. Index math, proven in range,
+  stays plain: the compiler may then widen it."""
+  bounds = alu_bounds[u.op](*[s.bounds for s in u.src])
+  lo, hi = dtypes.limits(u.dtype)
+  if lo <= bounds[0] and bounds[1] <= hi: return None
+  unsigned = f"(unsigned {ctx.types[u.dtype]})"
+  return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*[unsigned + ctx[s] for s in u.src])})"
 
 def _divide(ctx:Names, u:UOp) -> str|None:
   if not _guarded(u): return None
@@ -1661,6 +1672,7 @@ string_rules = PatternMatcher([
     lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
   (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
     lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
   (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
   (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
@@ -1823,10 +1835,9 @@ def cache_dir() -> str:
 class CPURuntime:
   """Kernels compiled by the system C compiler into a shared library, called through ctypes."""
   local_max = 1
-  # -fwrapv: int overflow wraps, as on every GPU and in the emulator, not undefined behaviour the optimizer folds away.
   # -fno-tree-loop-vectorize: tiny vectorizes for itself (float4), and gcc 12 re-vectorizing a loop that reads
   # backwards sums wrong (the sum of a [:, ::-1] view of 17x2 floats).
-  flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fwrapv", "-fno-tree-loop-vectorize"]
+  flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fno-tree-loop-vectorize"]
   kernel = ctypes.CFUNCTYPE(None)  # a void C function; ctypes passes each array it is called with as its address
   def __init__(self):
     self.cc = os.getenv("CC") or "cc"
