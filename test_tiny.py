@@ -1932,7 +1932,7 @@ def test_two_threads_lower_and_run_new_kernels_at_once():
 
 def test_a_node_no_render_rule_knows_is_named():
   bad = tiny.UOp(tiny.Ops.CONTIGUOUS, dtypes.float, (tiny.UOp.const(dtypes.float, 1.0),))
-  with pytest.raises(NotImplementedError, match="CONTIGUOUS"): tiny.Renderer().render("k", [bad], [])
+  with pytest.raises(NotImplementedError, match="CONTIGUOUS"): tiny.CPU.render("k", [bad], [])
 
 def test_rules_that_undo_each_other_raise_instead_of_hanging():
   a, b = tiny.UPat.var("a"), tiny.UPat.var("b")
@@ -1980,7 +1980,7 @@ def test_a_cuda_compile_error_is_a_tiny_compile_error():
   gpu.arch, gpu.ptx, gpu.compiler_id = "sm_90", False, "nvrtc-sm_90-cubin"
   src = 'extern "C" __global__ void k(float* a) { a[0] = undefined_b; }'
   with pytest.raises(tiny.CompileError, match="undefined_b"):
-    tiny.Compiled("CUDA", gpu, tiny.CUDARenderer()).program(tiny.Program("k", src, [], (1,), (1,), "CUDA"))
+    tiny.Compiled("CUDA", gpu).program(tiny.Program("k", src, [], (1,), (1,)))
 
 CACHE_SCRIPT = "from tiny import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 7 + 0.25).tolist())"
 DAMAGE = {  # an entry is the sha256 of its key and binary, then the binary
@@ -2034,8 +2034,8 @@ def test_the_cache_key_names_the_compilers_file_and_version_and_the_real_target(
 def test_cc_may_carry_arguments(monkeypatch, tmp_path):
   monkeypatch.setenv("CC", f"{os.getenv('CC', 'cc')} -DANSWER=42")
   monkeypatch.setenv("TINY_CACHE", str(tmp_path))
-  fn = tiny.Compiled("CPU", tiny.CPURuntime(), tiny.Renderer()).program(
-    tiny.Program("answer", "void answer(float* restrict o) { o[0] = ANSWER; }", [], (1,), (1,), "CPU"))
+  fn = tiny.Compiled("CPU", tiny.CPURuntime()).program(
+    tiny.Program("answer", "void answer(float* restrict o) { o[0] = ANSWER; }", [], (1,), (1,)))
   out = (ctypes.c_float * 1)()
   fn(out)
   assert out[0] == 42.0
@@ -2068,7 +2068,7 @@ def test_two_threads_opening_one_device_open_it_once(monkeypatch):
     time.sleep(0.05)  # the second thread arrives while the first is still opening
     return tiny.Emulator()
   devices = tiny._Device()
-  monkeypatch.setitem(devices.kinds, "PYTHON", (tiny.PythonRenderer, slow_runtime))
+  monkeypatch.setitem(devices.kinds, "PYTHON", (tiny.CUDA, slow_runtime))
   def get(_):
     start.wait()
     return devices["PYTHON"]
@@ -2079,7 +2079,7 @@ def test_freed_buffers_past_lru_mb_are_freed_least_recently_freed_first(monkeypa
   monkeypatch.setenv("LRU_MB", "1")
   runtime, freed = object.__new__(tiny.CPURuntime), []
   runtime.free = freed.append
-  dev = tiny.Compiled("CPU", runtime, tiny.Renderer())
+  dev = tiny.Compiled("CPU", runtime)
   a, b, c = dev.alloc(400_000), dev.alloc(500_000), dev.alloc(300_000)
   dev.free(a, 400_000)
   dev.free(b, 500_000)
@@ -2091,7 +2091,7 @@ def test_lru_0_keeps_no_freed_buffer(monkeypatch):
   monkeypatch.setenv("LRU", "0")
   runtime, freed = object.__new__(tiny.CPURuntime), []
   runtime.free = freed.append
-  dev = tiny.Compiled("CPU", runtime, tiny.Renderer())
+  dev = tiny.Compiled("CPU", runtime)
   buf = dev.alloc(64)
   dev.free(buf, 64)
   assert len(freed) == 1 and freed[0] is buf
@@ -2136,19 +2136,19 @@ def test_realize_runs_each_tensor_on_its_own_device(first):
 
 def run_uops(uops: list, *bufs: bytearray) -> list[bytearray]:
   """Runs hand-built linear UOps on the emulator, one thread."""
-  tiny.Device["PYTHON"].program(tiny.Program("hand_built", "", uops, (1,), (1,), "PYTHON"))(
+  tiny.Device["PYTHON"].program(tiny.Program("hand_built", "", uops, (1,), (1,)))(
     *bufs, global_size=(1,), local_size=(1,))
   return list(bufs)
 
 def test_an_emulated_access_past_a_buffers_float4s_raises_naming_the_kernel():
-  out = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), (0, 5))  # 5 floats, whose allocation holds 8
+  out = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), tiny.Param(0, 5))  # 5 floats, whose allocation holds 8
   for at in (8, -1):
     store = tiny.UOp(tiny.Ops.STORE, None, (out, tiny.UOp.const(dtypes.int, at), tiny.UOp.const(dtypes.float, 1.0)))
     with pytest.raises(IndexError, match=f"hand_built: store at {at} is outside a buffer of 5"):
       run_uops([out, store.src[1], store.src[2], store], bytearray(64))  # 64 bytes: checked against 5, not these
 
 def test_emulated_lanes_past_the_logical_end_load_nan_and_store_nothing():
-  out, src = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), (0, 5)), tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), (1, 5))
+  out, src = [tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), tiny.Param(slot, 5)) for slot in (0, 1)]
   four = tiny.UOp.const(dtypes.int, 4)
   load = tiny.UOp(tiny.Ops.LOAD, dtypes.float.vec(4), (src, four))
   store = tiny.UOp(tiny.Ops.STORE, None, (out, tiny.UOp.const(dtypes.int, 0), load))

@@ -7,7 +7,7 @@ import functools, itertools, weakref, operator, atexit, mmap, numbers, shlex, sh
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, auto
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
@@ -118,6 +118,30 @@ class GroupOp:
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
 
+# the named args of kernel-level nodes
+class AxisType(Enum):
+  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes. A kernel's name lists its
+  axes in this order."""
+  THREAD = auto(); GLOBAL = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto(); UNROLL = auto()
+
+class Axis(NamedTuple):  # a RANGE's arg
+  id: int  # every range of the process has its own: ranges of different kernels never merge
+  kind: AxisType
+
+class ThreadId(NamedTuple):  # a SPECIAL's arg: which index of the launch it reads
+  kind: AxisType  # GLOBAL: the block's; LOCAL: the thread's in its block; THREAD: the CPU core's
+  dim: int        # 0, 1, 2 for x, y, z
+  @property
+  def name(self) -> str: return f"{ {AxisType.GLOBAL: 'gidx', AxisType.LOCAL: 'lidx'}.get(self.kind, 'core')}{self.dim}"
+
+class Param(NamedTuple):  # a PARAM's arg: one buffer of a kernel
+  slot: int  # its place among the launch's arguments
+  size: int  # elements
+
+class Shared(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory
+  id: int
+  size: int  # elements
+
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
 def _amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
 def _safe(f):
@@ -208,7 +232,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def shape(self) -> tuple[int, ...]:
     """The shape of a tensor-level node; ALU sources already share one."""
     if self.op is Ops.BUFFER: return (self.arg.size,)
-    if self.op is Ops.PARAM: return (self.arg[1],)
+    if self.op is Ops.PARAM: return (self.arg.size,)
     if self.op is Ops.IOTA: return (self.arg,)
     if self.op is Ops.CONST: return ()
     if self.op is Ops.VIEW: return self.arg.shape
@@ -223,6 +247,26 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def _key(self) -> tuple:
     return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
+
+  # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate])
+  @property
+  def size(self) -> int: return self.src[0].arg  # RANGE, SPECIAL: how many values it takes
+  @property
+  def kind(self) -> AxisType: return self.arg.kind  # RANGE, SPECIAL
+  @property
+  def buf(self) -> UOp: return self.src[0]
+  @property
+  def addr(self) -> UOp: return self.src[1]
+  @property
+  def value(self) -> UOp: return self.src[2]
+  @property
+  def gate(self) -> UOp|None:  # the condition a LOAD or STORE happens under; None: always
+    return self.src[self._gate_at] if len(self.src) > self._gate_at else None
+  def gated(self, valid:UOp|None) -> UOp:  # this LOAD or STORE, happening only where valid holds too
+    gate = all_of(self.gate, valid)
+    return self.replace(src=self.src[:self._gate_at] + (() if gate is None else (gate,)))
+  @property
+  def _gate_at(self) -> int: return 2 if self.op is Ops.LOAD else 3
   def const_factor(self) -> int:
     """The largest integer this int expression is provably a multiple of."""
     if self.op is Ops.CONST: return abs(self.arg)
@@ -340,14 +384,22 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
     else: done[u] = done[new]
   return done[sink]
 
-def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:
-  """Replace nodes once, bottom-up. Unlike a rewrite, a replacement is not rewritten again (r -> r+1 stays)."""
-  if not mapping: return sink
+def rebuild(sink:UOp, fn:Callable[[UOp], UOp]) -> UOp:
+  """Each node, sources first, rebuilt over its new sources and passed through fn once. Unlike a rewrite, what fn
+  returns is not rewritten again (r -> r+1 stays)."""
   done: dict[UOp, UOp] = {}
   for u in sink.toposort:
     src = tuple(done[s] for s in u.src)
-    done[u] = mapping[u] if u in mapping else u if src == u.src else u.replace(src=src)
+    done[u] = fn(u if src == u.src else u.replace(src=src))
   return done[sink]
+
+def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:
+  """Replace nodes once, bottom-up (a node is looked up once its own sources are replaced)."""
+  return rebuild(sink, lambda u: mapping.get(u, u)) if mapping else sink
+
+def all_of(*conds:UOp|None) -> UOp|None:  # the conjunction of the conditions that are there; None: no condition
+  present = [c for c in conds if c is not None]
+  return functools.reduce(operator.and_, present) if present else None
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Symbolic rules: constant folding, identities, and the index algebra that makes a float4 address `gidx0*4` with no
@@ -438,6 +490,9 @@ def strides_for(shape:tuple[int, ...]) -> tuple[int, ...]:
   for s in reversed(shape): out.append(acc if s != 1 else 0); acc *= s
   return tuple(reversed(out))
 
+def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:  # a flat row-major address as an index into shape
+  return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
+
 def reshape_strides(shape, strides, new_shape) -> tuple[int, ...]|None:
   """Strides for new_shape over the same memory, or None when a new dim would straddle dims that don't chain."""
   old = [[s, st] for s, st in zip(shape, strides) if s != 1]
@@ -479,10 +534,8 @@ class View:
     addr = UOp.const(dtypes.index, self.offset)
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: addr = addr + i * st
-    valid = None
-    for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()):
-      for term in ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else []):
-        valid = term if valid is None else valid & term
+    valid = all_of(*[term for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ())
+                     for term in ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])])
     return addr, valid
 
   def reshape(self, shape:tuple[int, ...]) -> View|None:
@@ -531,9 +584,8 @@ class ShapeTracker:
     """Address and validity of an element: evaluate the outer view, then unravel its address into each inner view."""
     addr, valid = self.views[-1].index(idxs)
     for view in reversed(self.views[:-1]):
-      idxs = [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(view.shape, strides_for(view.shape))]
-      addr, inner = view.index(idxs)
-      valid = inner if valid is None else valid if inner is None else valid & inner
+      addr, inner = view.index(unravel(addr, view.shape))
+      valid = all_of(valid, inner)
     return addr, valid
   def _apply(self, fn, *arg) -> ShapeTracker:
     return ShapeTracker(self.views[:-1] + (getattr(self.views[-1], fn)(*arg),))
@@ -1127,7 +1179,7 @@ def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
   for o in outs: ctx.param(views[o].src[0].arg)
-  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), (i, prod(o.shape))), to_ast(o, ctx)))
+  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), Param(i, prod(o.shape))), to_ast(o, ctx)))
                  for i, o in enumerate(outs))
   return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs})
 
@@ -1139,7 +1191,7 @@ class KernelContext:
   memo: dict[UOp, UOp]
   def param(self, buf:Buffer) -> UOp:
     if buf not in self.bufs: self.bufs.append(buf)
-    return UOp(Ops.PARAM, buf.dtype, (), (self.bufs.index(buf), buf.size))
+    return UOp(Ops.PARAM, buf.dtype, (), Param(self.bufs.index(buf), buf.size))
   def input(self, u:UOp) -> Buffer|None:
     return u.arg if u.op is Ops.BUFFER else self.views[u].src[0].arg if u in self.views and u not in self.outs else None
 
@@ -1159,18 +1211,64 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   return ctx.memo[root]
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Lowering: a kernel's AST becomes a program, in the steps lower() lists: ranges, opts that split them, lanes, threads,
+# accumulators, one linear list of UOps, and source in the device's dialect.
+
+@dataclass(frozen=True)
+class Program:
+  name: str
+  src: str
+  uops: list
+  global_size: tuple[int, ...]
+  local_size: tuple[int, ...]
+  info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
+
+class Target(NamedTuple):
+  """What lowering knows of a device: the dialect it renders, and the limits the device reports."""
+  renderer: Renderer
+  local_max: int  # threads a block may have (1: no blocks)
+  cores: int      # CPU threads a kernel may be split across
+  @property
+  def has_local(self) -> bool: return self.renderer.has_local
+
+def lower(ast:UOp, target:Target) -> Program:
+  sink = optimize(rangeify(ast), target)
+  name = kernel_name(sink)
+  for step in (expand, to_gpu if target.has_local else to_cpu, vectorize,
+               functools.partial(to_accumulators, vector_alu=target.renderer.vector_alu), simplify, add_loops,
+               narrow_index):
+    sink = step(sink)
+  uops = linearize(sink)
+  src = target.renderer.render(name, uops, buffers(ast.toposort))  # every buffer it is launched with, read or not
+  return Program(name, src, uops, *launch_dims(uops), _cost(ast))
+
+def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and the size of each axis
+  rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (r.kind.value, r.arg.id))
+  prefix = "r" if any(r.kind in (AxisType.REDUCE, AxisType.GROUP, AxisType.UNROLL) for r in rs) else "E"
+  return "_".join([prefix] + [str(r.size) for r in rs]) if rs else prefix + "_1"
+
+def launch_dims(uops:list[UOp]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """The global (blocks, or CPU threads) and local (threads per block) sizes, x y z, as every runtime takes them."""
+  def dims(*kinds:AxisType) -> tuple[int, int, int]:
+    return _dims([u.size for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.kind in kinds),
+                                         key=lambda u: u.arg.dim)])
+  return dims(AxisType.GLOBAL, AxisType.THREAD), dims(AxisType.LOCAL)
+def _dims(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
+
+def _cost(ast:UOp) -> tuple[int, int]:
+  nodes = ast.toposort
+  flops = sum(prod(u.src[0].shape if u.op is Ops.REDUCE_AXIS else u.shape)
+              for u in nodes if u.op in GroupOp.ALU | {Ops.REDUCE_AXIS})
+  return flops, sum(u.arg.size * u.dtype.itemsize for u in nodes if u.op is Ops.PARAM)
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 1: rangeify. Each output dim becomes a RANGE, each reduced dim a RANGE of its REDUCE; views turn the
 # ranges into addresses and gates. What comes out is index math that the symbolic rules simplify.
 
-KINDS = ("thread", "global", "local", "group", "reduce", "upcast", "unroll")  # the order axes appear in a kernel's name
-
-range_ids = itertools.count()  # every range of the process has its own number: ranges of different kernels never merge
-def new_range(size:int, kind:str) -> UOp:
-  return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (next(range_ids), kind)) if size != 1 \
+range_ids = itertools.count()
+def new_range(size:int, kind:AxisType) -> UOp:
+  return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), Axis(next(range_ids), kind)) if size != 1 \
     else UOp.const(dtypes.index, 0)
-
-def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:
-  return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
 
 def identity(op:Ops, dtype:DType) -> UOp:
   if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (identity(op, dtype.scalar),) * dtype.count)
@@ -1180,7 +1278,7 @@ def identity(op:Ops, dtype:DType) -> UOp:
 
 def rangeify(ast:UOp) -> UOp:
   shape, memo = ast.src[0].src[1].shape, {}
-  idxs = tuple(new_range(s, "global") for s in shape)
+  idxs = tuple(new_range(s, AxisType.GLOBAL) for s in shape)
   addr = View.contiguous(shape).index(idxs)[0]
   return UOp(Ops.SINK, None, tuple(st.replace(src=(st.src[0], addr, build(st.src[1], idxs, memo))) for st in ast.src))
 
@@ -1199,7 +1297,7 @@ def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
 
 def _view(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
   addr, inner = u.arg.index(idxs)
-  return addr, inner, inner if valid is None else valid if inner is None else valid & inner
+  return addr, inner, all_of(valid, inner)
 
 def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
   """Which (node, index, gate) the value of u at idxs is made from."""
@@ -1207,14 +1305,14 @@ def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
     addr, _, gate = _view(u, idxs, valid)
     return [] if u.src[0].op in (Ops.PARAM, Ops.CONST) else [(u.src[0], tuple(unravel(addr, u.src[0].shape)), gate)]
   if u.op is Ops.REDUCE_AXIS:
-    return [(u.src[0], tuple(new_range(s, "reduce") if i in u.arg[1] else idx
+    return [(u.src[0], tuple(new_range(s, AxisType.REDUCE) if i in u.arg[1] else idx
                              for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs))), valid)]
   return [(s, idxs, valid) for s in u.src]
 
 def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:list[UOp]) -> UOp:
   if u.op is Ops.VIEW:
     addr, inner, gate = _view(u, idxs, valid)
-    if u.src[0].op is Ops.PARAM: return UOp(Ops.LOAD, u.dtype, (u.src[0], addr) + ((gate,) if gate is not None else ()))
+    if u.src[0].op is Ops.PARAM: return UOp(Ops.LOAD, u.dtype, (u.src[0], addr)).gated(gate)
     out = u.src[0] if u.src[0].op is Ops.CONST else vals[0]
     return out if inner is None else inner.where(out, out.const_like(0))
   if u.op is Ops.IOTA: return idxs[0]
@@ -1224,13 +1322,13 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
     return UOp(Ops.REDUCE, u.dtype, (vals[0],) + ranges, u.arg[0]) if ranges else vals[0]
   return u.replace(src=tuple(vals))
 
-def ranges(u:UOp, kind:str|None=None) -> list[UOp]:
-  return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.arg[1])), key=lambda r: r.arg[0])
+def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
+  return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.kind)), key=lambda r: r.arg.id)
 def count_divmod(u:UOp) -> int: return sum(1 for x in u.toposort if x.op in (Ops.IDIV, Ops.MOD))
 
 def merge_ranges(sink:UOp) -> UOp:
   """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
-  rs = ranges(sink, "global")
+  rs = ranges(sink, AxisType.GLOBAL)
   for a, b in reversed(list(zip(rs, rs[1:]))):
     merged = merge(sink, a, b)
     if count_divmod(merged) <= count_divmod(sink): sink = merged
@@ -1238,8 +1336,8 @@ def merge_ranges(sink:UOp) -> UOp:
 
 def merge(sink:UOp, a:UOp, b:UOp) -> UOp:
   """Ranges a (outer) and b (inner) as one range r: a = r // |b|, b = r % |b|."""
-  r = new_range(a.src[0].arg * b.src[0].arg, a.arg[1])
-  return simplify(substitute(sink, {a: r // b.src[0].arg, b: r % b.src[0].arg}))
+  r = new_range(a.size * b.size, a.kind)
+  return simplify(substitute(sink, {a: r // b.size, b: r % b.size}))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Kernel opts: each one splits a range r of size n into outer*amount + inner, where inner is a new range of the opt's
@@ -1248,22 +1346,22 @@ def merge(sink:UOp, a:UOp, b:UOp) -> UOp:
 
 @dataclass(frozen=True)
 class Opt:
-  kind: str    # "upcast", "unroll", "local", "group" or "thread"
-  axis: UOp    # the RANGE to split
+  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP or THREAD
+  axis: UOp       # the RANGE to split
   amount: int
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
-  n = opt.axis.src[0].arg
-  outer, inner = new_range(cdiv(n, opt.amount), opt.axis.arg[1]), new_range(opt.amount, opt.kind)
+  n = opt.axis.size
+  outer, inner = new_range(cdiv(n, opt.amount), opt.axis.kind), new_range(opt.amount, opt.kind)
   # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
-  expr = inner * cdiv(n, opt.amount) + outer if opt.kind == "thread" else outer * opt.amount + inner
+  expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
   # the last lanes of an upcast run past the end: buffers are allocated to a multiple of 4 elements, so an access
   # at 4-aligned base + lane stays inside its allocation and needs no gate (its float4 stays whole)
-  spare = (lambda u: u.op is Ops.STORE or _aligned(u.src[1], inner)) if opt.kind == "upcast" else lambda u: False
+  spare = (lambda u: u.op is Ops.STORE or _aligned(u.addr, inner)) if opt.kind is AxisType.UPCAST else lambda u: False
   return simplify(gate(sink, expr < n, {outer, inner}, spare))
 
 def _aligned(addr:UOp, lane:UOp) -> bool:
@@ -1272,72 +1370,65 @@ def _aligned(addr:UOp, lane:UOp) -> bool:
 def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
   def add(u:UOp) -> UOp:
-    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.PARAM and any(r in rs for r in u.src[1].toposort) \
-       and not spare(u):
-      n = 2 if u.op is Ops.LOAD else 3
-      return u.replace(src=u.src[:n] + ((valid if len(u.src) == n else u.src[n] & valid),))
+    if u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM and any(r in rs for r in u.addr.toposort) \
+       and not spare(u): return u.gated(valid)
     if u.op is Ops.REDUCE and any(r in rs for r in u.src[1:]):
       return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
     return u
-  done: dict[UOp, UOp] = {}
-  for u in sink.toposort:
-    src = tuple(done[s] for s in u.src)
-    done[u] = add(u if src == u.src else u.replace(src=src))
-  return done[sink]
+  return rebuild(sink, add)
 
-def heuristic(sink:UOp, dev:Renderer) -> list[Opt]:
+def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit: float4 on the contiguous output axis, a block-wide reduction when the
   output is too small to fill the GPU or each output reads a long row of its own (a row softmax: a thread per row
   would read rows apart, uncoalesced), unrolled reduce loops, and blocks of threads on the output."""
   opts: list[Opt] = []
-  glob, red = ranges(sink, "global"), ranges(sink, "reduce")
-  out_size = prod(r.src[0].arg for r in glob)
-  rows = red and red[-1].src[0].arg >= 256 and not any(_reused(sink, r) for r in glob) and \
-    any(u.op is Ops.LOAD and red[-1] in u.src[1].terms() for u in sink.toposort)  # a row: its elements side by side
+  glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
+  out_size = prod(r.size for r in glob)
+  rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
+    any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
   if dev.has_local and red and (out_size <= 2048 or rows):
-    return [Opt("group", red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].src[0].arg)))]
-  if not red and glob and glob[-1].src[0].arg >= 4 and (glob[-1].src[0].arg % 4 == 0 or len(glob) == 1) and \
+    return [Opt(AxisType.GROUP, red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].size)))]
+  if not red and glob and glob[-1].size >= 4 and (glob[-1].size % 4 == 0 or len(glob) == 1) and \
      _unit_stride(sink, glob[-1]):
-    opts.append(Opt("upcast", glob[-1], 4))  # a tail past the end is safe only with no next row to run into
+    opts.append(Opt(AxisType.UPCAST, glob[-1], 4))  # a tail past the end is safe only with no next row to run into
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     # on the CPU the contiguous axis takes 16: four float4s, a whole cache line of each row it reads
-    n = 16 if not dev.has_local and r is glob[-1] and r.src[0].arg % 16 == 0 and _unit_stride(sink, r) else 4
-    if len(opts) < 2 and r.src[0].arg % n == 0 and _reused(sink, r): opts.append(Opt("upcast", r, n))
+    n = 16 if not dev.has_local and r is glob[-1] and r.size % 16 == 0 and _unit_stride(sink, r) else 4
+    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r): opts.append(Opt(AxisType.UPCAST, r, n))
   if red:  # a CPU sum unrolled by 16 keeps four float4 accumulators: four adds in flight, not one waiting on the last
-    size = red[-1].src[0].arg
-    amount = 16 if not dev.has_local and not opts and size % 16 == 0 else 4
-    if size % amount == 0: opts.append(Opt("unroll", red[-1], amount))
+    amount = 16 if not dev.has_local and not opts and red[-1].size % 16 == 0 else 4
+    if red[-1].size % amount == 0: opts.append(Opt(AxisType.UNROLL, red[-1], amount))
   return opts
 
 def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
-  return any(u.op is Ops.LOAD and u.src[0].op is Ops.PARAM and r not in u.src[1].toposort for u in sink.toposort)
+  return any(u.op is Ops.LOAD and u.buf.op is Ops.PARAM and r not in u.addr.toposort for u in sink.toposort)
 def _pow2_at_most(n:int) -> int: return 1 << (n.bit_length() - 1)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (terms without r)
-  return all([t for t in st.src[1].terms() if r in t.toposort] == [r] for st in sink.src)
+  return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src)
 
-def local_opts(sink:UOp, dev:Renderer) -> list[Opt]:
+def local_opts(sink:UOp, dev:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
   short, up to 128 threads within the device's limit."""
-  glob = ranges(sink, "global")
-  if not glob or ranges(sink, "local") or ranges(sink, "group"): return []  # a group's block is its reduction
+  glob = ranges(sink, AxisType.GLOBAL)
+  if not glob or ranges(sink, AxisType.LOCAL) or ranges(sink, AxisType.GROUP): return []  # a group's block: its reduce
   opts, budget = [], min(dev.local_max, 128)
   for r in reversed(glob[-2:]):
-    if budget >= 2: opts.append(Opt("local", r, min(budget, r.src[0].arg)))
-    budget //= min(budget, r.src[0].arg)
+    if budget >= 2: opts.append(Opt(AxisType.LOCAL, r, min(budget, r.size)))
+    budget //= min(budget, r.size)
   return opts
 
-def thread_opts(sink:UOp, dev:Renderer) -> list[Opt]:
+def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
-  glob = ranges(sink, "global")
-  if not glob or prod(r.src[0].arg for r in ranges(sink)) < 2**21 * dev.cores: return []
-  n = glob[0].src[0].arg  # whole chunks: a tail would gate every load of the loop
+  glob = ranges(sink, AxisType.GLOBAL)
+  if not glob or prod(r.size for r in ranges(sink)) < 2**21 * dev.cores: return []
+  n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
-  return [Opt("thread", glob[0], threads)] if threads else []
+  return [Opt(AxisType.THREAD, glob[0], threads)] if threads else []
 
-def optimize(sink:UOp, dev:Renderer) -> UOp:
+def optimize(sink:UOp, dev:Target) -> UOp:
   sink = merge_ranges(simplify(sink))
-  if getenv("NOOPT") or any(r.src[0].arg == 0 for r in ranges(sink)): return sink
+  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink
   for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
   for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
   return sink
@@ -1352,83 +1443,88 @@ def expand(sink:UOp) -> UOp:
   one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop."""
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
     return [simplify(substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)}))
-            for vals in itertools.product(*[range(r.src[0].arg) for r in rs])]
-  tile = bool(ranges(sink, "upcast"))
+            for vals in itertools.product(*[range(r.size) for r in rs])]
+  tile = bool(ranges(sink, AxisType.UPCAST))
   def unroll(u:UOp) -> UOp|None:
-    rs = [r for r in u.src[1:] if r.arg[1] == "unroll"]
+    rs = [r for r in u.src[1:] if r.kind is AxisType.UNROLL]
     if not rs: return None
     rest, vals = tuple(r for r in u.src[1:] if r not in rs), lanes(u.src[0], rs)
     combine = lambda xs: functools.reduce(lambda a, b: a.alu(u.arg, b), xs)  # noqa: E731
     if not rest: return combine(vals)
     return u.replace(src=(combine(vals),) + rest) if tile else combine([u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
-  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, "upcast"))))
+  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST))))
 
 def to_gpu(sink:UOp) -> UOp:
-  """Global ranges become block ids, local and group ranges thread ids. A group range splits its reduction: each
-  thread reduces its strided share (neighbours read neighbours: coalesced), writes it to shared memory, and after a
-  barrier every thread combines the block's partials; one thread stores the result."""
-  glob = ranges(sink, "global")
-  while len(glob) > 3 or any(r.src[0].arg > 65535 for r in glob[1:]):  # a grid has 3 dims, y and z of at most 65535
+  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids."""
+  for step in (fit_grid, share_reductions, thread_ids, store_once): sink = step(sink)
+  return sink
+
+def fit_grid(sink:UOp) -> UOp:  # a grid has 3 dims, y and z of at most 65535 blocks: merge the outer ones until it fits
+  while len(glob := ranges(sink, AxisType.GLOBAL)) > 3 or any(r.size > 65535 for r in glob[1:]):
     sink = merge(sink, glob[0], glob[1])
-    glob = ranges(sink, "global")
-  special = {}
-  for kind, prefix in (("global", "gidx"), ("local", "lidx"), ("group", "lidx")):
-    for i, r in enumerate(ranges(sink, kind)):
-      n = len([s for s in special.values() if s.arg[0].startswith(prefix)])
-      special[r] = UOp(Ops.SPECIAL, dtypes.index, r.src, (f"{prefix}{n}",))
+  return sink
+
+def share_reductions(sink:UOp) -> UOp:
+  """A group range splits its reduction across a block: each thread reduces its strided share (neighbours read
+  neighbours: coalesced) and writes it to shared memory; then, a barrier between steps, the first half of the threads
+  folds in the second half, log2(n) steps, until the block's result is at 0."""
   def group(u:UOp) -> UOp|None:
-    grp = [r for r in u.src[1:] if r.arg[1] == "group"]
+    grp = [r for r in u.src[1:] if r.kind is AxisType.GROUP]
     if not grp: return None
     (g,), rest = grp, tuple(r for r in u.src[1:] if r not in grp)
     partial = u.replace(src=(u.src[0],) + rest) if rest else u.src[0]
-    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), (f"temp{g.arg[0]}", g.src[0].arg))
+    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), Shared(g.arg.id, g.size))
     barrier = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, partial))))
-    half = g.src[0].arg // 2
-    while half:  # a tree: the first half of the threads folds in the second half, log2(n) steps, each behind a barrier
+    half = g.size // 2
+    while half:
       live = g < half
       pair = UOp(Ops.LOAD, u.dtype, (barrier, g)).alu(u.arg, UOp(Ops.LOAD, u.dtype, (barrier, g + half, live)))
       barrier, half = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, pair, live)))), half // 2
     return UOp(Ops.LOAD, u.dtype, (barrier, g.const_like(0)))
-  sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
-  sink = substitute(sink, special)
-  def only_one(st:UOp) -> UOp:  # every thread holds the block's result; thread 0 writes it
-    idle = [s for s in st.src[2].toposort
-            if s.op is Ops.SPECIAL and s.arg[0].startswith("lidx") and s not in st.src[1].toposort]
-    if not idle: return st
-    g = functools.reduce(operator.and_, [s.alu(Ops.CMPEQ, s.const_like(0)) for s in idle])
-    return st.replace(src=st.src[:3] + ((st.src[3] & g if len(st.src) > 3 else g),))
-  return sink.replace(src=tuple(only_one(st) for st in sink.src))
+  return graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
+
+def thread_ids(sink:UOp) -> UOp:  # global ranges read the block's id, local and group ranges the thread's
+  ids = {}
+  for kind, kinds in ((AxisType.GLOBAL, (AxisType.GLOBAL,)), (AxisType.LOCAL, (AxisType.LOCAL, AxisType.GROUP))):
+    rs = [r for k in kinds for r in ranges(sink, k)]
+    ids.update({r: UOp(Ops.SPECIAL, dtypes.index, r.src, ThreadId(kind, dim)) for dim, r in enumerate(rs)})
+  return substitute(sink, ids)
+
+def store_once(sink:UOp) -> UOp:  # every thread of a block holds its reduction's result: thread 0 stores it
+  def once(st:UOp) -> UOp:
+    idle = [s for s in st.value.toposort if s.op is Ops.SPECIAL and s.kind is AxisType.LOCAL and s not in st.addr.toposort]
+    return st.gated(all_of(*[s.alu(Ops.CMPEQ, s.const_like(0)) for s in idle]))
+  return sink.replace(src=tuple(once(st) for st in sink.src))
 
 def to_cpu(sink:UOp) -> UOp:
   """The thread range becomes the kernel's core argument; every other range stays a loop."""
-  return substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.index, r.src, ("core0",)) for r in ranges(sink, "thread")})
+  thread = ranges(sink, AxisType.THREAD)
+  return substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.index, r.src, ThreadId(AxisType.THREAD, 0)) for r in thread})
 
 def vectorize(sink:UOp) -> UOp:
   """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
   16-byte access: each thread issues one load instruction instead of four."""
-  def split(u:UOp) -> tuple:
-    addr = u.src[1]
-    c = addr.src[1].arg if addr.op is Ops.ADD and addr.src[1].op is Ops.CONST \
-      else addr.arg if addr.op is Ops.CONST else 0
-    base = simplify(addr + (c - c % 4 - c))
-    return (u.src[0], base, u.src[2 if u.op is Ops.LOAD else 3:]), c % 4
+  def split(u:UOp) -> tuple:  # (buffer, 4-aligned base, gate), and the lane
+    c = u.addr.src[1].arg if u.addr.op is Ops.ADD and u.addr.src[1].op is Ops.CONST \
+      else u.addr.arg if u.addr.op is Ops.CONST else 0
+    return (u.buf, simplify(u.addr + (c - c % 4 - c)), u.gate), c % 4
   def groups(us:list[UOp]) -> dict:
     found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
     for u in us:
-      if u.src[0].op is Ops.PARAM and u.src[0].dtype == dtypes.float and (u.op is Ops.STORE or u.dtype == dtypes.float):
+      if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and (u.op is Ops.STORE or u.dtype == dtypes.float):
         key, lane = split(u)
         if key[1].const_factor() % 4 == 0: found[key][lane] = u
     return {k: v for k, v in found.items() if len(v) == 4}
   stores = list(sink.src)
   for (buf, base, g), lanes in groups(stores).items():
-    value = UOp(Ops.VECTORIZE, dtypes.float.vec(4), tuple(lanes[i].src[2] for i in range(4)))
-    stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value) + g)
+    value = UOp(Ops.VECTORIZE, dtypes.float.vec(4), tuple(lanes[i].value for i in range(4)))
+    stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
     for i in range(1, 4): stores.remove(lanes[i])
   sink = sink.replace(src=tuple(stores))
   loads = {}
   for (buf, base, g), lanes in groups([u for u in sink.toposort if u.op is Ops.LOAD]).items():
-    vec = UOp(Ops.LOAD, dtypes.float.vec(4), (buf, base) + g)
+    vec = UOp(Ops.LOAD, dtypes.float.vec(4), (buf, base)).gated(g)
     loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(4)})
   return substitute(sink, loads)
 
@@ -1436,17 +1532,17 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
   every output loop, so it starts again for each output element."""
-  loops, done = tuple(ranges(sink, "global")), {}
+  loops, done = tuple(ranges(sink, AxisType.GLOBAL)), {}
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
-    if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg[0]))].append(u)
+    if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   for rs, us in groups.items():
     work = _vector_sums(us, rs) if vector_alu else [(u, [(u, None)]) for u in us]
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
             for i, (r, _) in enumerate(work)]
-    # the ranges ride along as sources: the update runs in the loop even when the value doesn't depend on it
-    # the update reads the accumulator as it is in this iteration, so it is placed inside every loop it runs in
-    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, UOp(Ops.LOAD, a.dtype, (a,) + rs).alu(r.arg, substitute(r.src[0], done)))
+    # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
+    # where the value it adds doesn't depend on it
+    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, UOp(Ops.LOAD, a.dtype, (a, rs[-1])).alu(r.arg, substitute(r.src[0], done)))
                      + rs) for a, (r, _) in zip(accs, work))
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     for a, (_, outs) in zip(accs, work):
@@ -1484,18 +1580,16 @@ def narrow_index(sink:UOp) -> UOp:
   kernel over more than 2**31 elements never wraps and every other keeps 32-bit math. Thread ids are launch dims and
   stay int, widened where they are used."""
   wide = any(not -2**31 <= u.vmin <= u.vmax < 2**31 for u in sink.toposort if u.dtype == dtypes.index)
-  target, done = dtypes.long if wide else dtypes.int, {}
-  for u in sink.toposort:
-    src = tuple(done[s] for s in u.src)
-    if u.op is Ops.SPECIAL: done[u] = UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.src[0].arg),), u.arg).cast(target)
-    elif u.dtype == dtypes.index: done[u] = UOp(u.op, target, src, u.arg)
-    else: done[u] = u if src == u.src else u.replace(src=src)
-  return done[sink]
+  target = dtypes.long if wide else dtypes.int
+  def narrow(u:UOp) -> UOp:
+    if u.op is Ops.SPECIAL: return UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.size),), u.arg).cast(target)
+    return u.replace(dtype=target) if u.dtype == dtypes.index else u
+  return rebuild(sink, narrow)
 
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them) become loops around the stores."""
   body = sink.src
-  for r in reversed(ranges(UOp(Ops.SINK, None, body), "global")): body = (UOp(Ops.END, None, (r,) + body),)
+  for r in reversed(ranges(UOp(Ops.SINK, None, body), AxisType.GLOBAL)): body = (UOp(Ops.END, None, (r,) + body),)
   return sink.replace(src=body)
 
 def linearize(sink:UOp) -> list[UOp]:
@@ -1505,17 +1599,17 @@ def linearize(sink:UOp) -> list[UOp]:
   parent: dict[UOp, UOp] = {}  # a reduce over several ranges nests them: END(outer, END(inner, ...))
   for e in order:
     if e.op is Ops.END: parent.update({s.src[0]: e.src[0] for s in e.src[1:] if s.op is Ops.END})
-  loops = [r for r in order if r.op is Ops.RANGE and r.arg[1] == "global"]
+  loops = [r for r in order if r.op is Ops.RANGE and r.kind is AxisType.GLOBAL]
   def enclosing(r:UOp) -> list[UOp]:  # reduce loops run inside every output loop
     out = [r]
     while out[-1] in parent: out.append(parent[out[-1]])
-    return out + (loops if r.arg[1] != "global" else [])
+    return out + (loops if r.kind is not AxisType.GLOBAL else [])
   scope: dict[UOp, frozenset] = {}
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | \
       (frozenset(enclosing(u)) if u.op is Ops.RANGE else frozenset())
     scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
-  depth = {r: (r.arg[1] != "global", len(enclosing(r)), r.arg[0]) for r in order if r.op is Ops.RANGE}
+  depth = {r: (r.kind is not AxisType.GLOBAL, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
   pos = {u: i for i, u in enumerate(order)}
   users: dict[UOp, list[UOp]] = defaultdict(list)
@@ -1540,42 +1634,6 @@ def linearize(sink:UOp) -> list[UOp]:
       stack.append(need[deeper][len(stack)])
       emit(stack[-1])
   return out
-
-@dataclass(frozen=True)
-class Program:
-  name: str
-  src: str
-  uops: list
-  global_size: tuple[int, ...]
-  local_size: tuple[int, ...]
-  device: str
-  info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
-
-def kernel_name(sink:UOp) -> str:
-  rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (KINDS.index(r.arg[1]), r.arg[0]))
-  prefix = "r" if any(r.arg[1] in ("reduce", "group", "unroll") for r in rs) else "E"
-  return "_".join([prefix] + [str(r.src[0].arg) for r in rs]) if rs else prefix + "_1"
-
-def _dims(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
-
-def lower(ast:UOp, dev:Renderer) -> Program:
-  """Kernel AST -> optimized, linear UOps -> source. Every step is one named function."""
-  sink = optimize(rangeify(ast), dev)
-  name = kernel_name(sink)
-  sink = expand(sink)
-  sink = to_gpu(sink) if dev.has_local else to_cpu(sink)
-  uops = linearize(narrow_index(add_loops(simplify(to_accumulators(vectorize(sink), dev.vector_alu)))))
-  def sizes(prefix) -> tuple[int, int, int]:  # launch dims x, y, z, as every runtime takes them
-    ids = sorted((u for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)), key=lambda u: u.arg[0])
-    return _dims([u.src[0].arg for u in ids])
-  src = dev.render(name, uops, buffers(ast.toposort))  # every buffer the kernel is launched with, read or not
-  return Program(name, src, uops, sizes(("gidx", "core")), sizes("lidx"), dev.device, _cost(ast))
-
-def _cost(ast:UOp) -> tuple[int, int]:
-  nodes = ast.toposort
-  flops = sum(prod(u.src[0].shape if u.op is Ops.REDUCE_AXIS else u.shape)
-              for u in nodes if u.op in GroupOp.ALU | {Ops.REDUCE_AXIS})
-  return flops, sum(u.arg[1] * u.dtype.itemsize for u in nodes if u.op is Ops.PARAM)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Renderers: one C-style renderer; a dialect is a table of strings. Each value is rendered by a rule from its UOp;
@@ -1605,8 +1663,10 @@ code_for_op: dict[Ops, Callable] = {
   Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
 
 # C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
+# (a comparison, a select and a bitwise op of in-range values stay in range)
 def _narrow(ctx:Names, u:UOp, code:str) -> str:
-  return f"(({ctx.types[u.dtype]}){code})" if u.dtype.itemsize < 4 and u.op not in GroupOp.Compare else code
+  keeps = u.op in GroupOp.Compare | {Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.WHERE}
+  return f"(({ctx.types[u.dtype]}){code})" if u.dtype.itemsize < 4 and not keeps else code
 
 # Where C leaves an op undefined, every dialect renders the result python_alu and _convert define. The guard repeats
 # the operands, so they are never inlined into it.
@@ -1650,19 +1710,20 @@ def _cast(ctx:Names, u:UOp) -> str:
   return (f"({x}!={x}?0:{x}<={edge(lo)}?{_fmt_const(ctx, lo, u.dtype)}:{x}>={edge(hi + 1)}?"
           f"{_fmt_const(ctx, hi, u.dtype)}:({ctx.types[u.dtype]})({x}))")
 
+def _pointer(ctx:Names, u:UOp, dtype:DType) -> str:  # what a LOAD or STORE accesses: one value, or a vector of them
+  at = f"{ctx[u.buf]}+{ctx[u.addr]}"
+  return f"*(({ctx.buffer_prefix}{ctx.types[dtype]}*)({at}))" if dtype.count > 1 else f"*({at})"
+
 def _load(ctx:Names, u:UOp) -> str:
-  if u.src[0].op is Ops.DEFINE_ACC: return ctx[u.src[0]]  # an accumulator is its variable
-  buf, addr = ctx[u.src[0]], ctx[u.src[1]]
-  ptr = f"*(({ctx.buffer_prefix}{ctx.types[u.dtype]}*)({buf}+{addr}))" if u.dtype.count > 1 else f"*({buf}+{addr})"
-  if len(u.src) < 3: return ptr
-  zero = ctx.vector(u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(ctx, 0, u.dtype)
-  return f"({ctx[u.src[2]]}?{ptr}:{zero})"
+  if u.gate is None: return _pointer(ctx, u, u.dtype)
+  zero = _vector(ctx, u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(ctx, 0, u.dtype)
+  return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
 
 def _store(ctx:Names, u:UOp) -> str:
-  value = u.src[2]
-  ptr = f"*(({ctx.buffer_prefix}{ctx.types[value.dtype]}*)({ctx[u.src[0]]}+{ctx[u.src[1]]}))" if value.dtype.count > 1 \
-    else f"*({ctx[u.src[0]]}+{ctx[u.src[1]]})"
-  return f"{ptr} = {ctx[value]};" if len(u.src) < 4 else f"if ({ctx[u.src[3]]}) {{ {ptr} = {ctx[value]}; }}"
+  store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
+  return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
+
+def _vector(ctx:Names, dtype:DType, items:list[str]) -> str: return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
 
 string_rules = PatternMatcher([
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
@@ -1680,21 +1741,21 @@ string_rules = PatternMatcher([
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), _cast),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
-  (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: ctx.vector(u.dtype, [ctx[s] for s in u.src])),
+  (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
+  (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_ACC, name="acc"), UPat())), lambda ctx, acc: ctx[acc]),  # its variable
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
-  (UPat(Ops.SPECIAL, name="u"),
-    lambda ctx, u: f"{ctx.ids[u.arg[0][0]]}.{'xyz'[int(u.arg[0][4:])]}; /* {u.src[0].arg} */"),
+  (UPat(Ops.SPECIAL, name="u"), lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
   (UPat(Ops.RANGE, name="u"),
     lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {ctx[u.src[0]]}; {ctx[u]}++) {{"),
   (UPat(Ops.END), lambda ctx: "}"),
   (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
   (UPat(Ops.ASSIGN, name="u"), lambda ctx, u: f"{ctx[u.src[0]]} = {ctx[u.src[1]]};"),
-  (UPat(Ops.DEFINE_LOCAL, name="u"), lambda ctx, u: f"{ctx.local_prefix}{ctx.types[u.dtype]} {u.arg[0]}[{u.arg[1]}];"),
+  (UPat(Ops.DEFINE_LOCAL, name="u"), lambda ctx, u: f"{ctx.local_prefix}{ctx.types[u.dtype]} {ctx[u]}[{u.arg.size}];"),
   (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
 ])
 
-def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
 
 class Names(dict):
   """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
@@ -1702,101 +1763,108 @@ class Names(dict):
   def __init__(self, dialect:Renderer): super().__init__(); self.dialect = dialect
   def __getattr__(self, name:str): return getattr(self.dialect, name)
 
+@dataclass(frozen=True)
 class Renderer:
-  """The C dialect for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's
-  ext_vector_type) give float4 loads and stores."""
-  device, has_local, local_max = "CPU", False, 1
-  @property
-  def cores(self) -> int: return threads()
-  vector_alu = True  # `+` on float4 values: GCC/Clang vectors and Metal have it, CUDA's float4 does not
-  kernel_prefix, buffer_prefix, local_prefix, barrier = "void", "", "", ""
-  ids: dict[str, str] = {}
-  lanes = ("[0]", "[1]", "[2]", "[3]")
-  types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
-           dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
-           dtypes.float.vec(4): "float4"}
-  suffixes = {dtypes.uint32: "u", dtypes.long: "ll"}
-  code_for_op = code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
-                               Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"}
-  def header(self, uops:list[UOp]) -> list[str]:
-    return ["#include <math.h>"] + (["typedef float float4 __attribute__((vector_size(16)));"]
-                                    if any(u.dtype == dtypes.float.vec(4) for u in uops) else [])
-  def vector(self, d:DType, xs:list[str]) -> str: return f"({self.types[d]}){{{','.join(xs)}}}"
-  def params(self, bufs:list[UOp], uops:list[UOp]) -> list[str]:
-    return [f"{self.types[u.dtype]}* restrict data{u.arg[0]}" for u in bufs] + \
-           [f"const int {u.arg[0]}" for u in uops if u.op is Ops.SPECIAL]  # the thread's index: an argument
-  def signature(self, name:str, bufs:list[UOp], uops:list[UOp]) -> str:
-    return f"{self.kernel_prefix} {name}({', '.join(self.params(bufs, uops))})"
+  """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
+  name: str
+  has_local: bool      # blocks of threads with shared memory (a GPU), or loops (the CPU)
+  vector_alu: bool     # `+` on float4 values: GCC/Clang vectors and Metal have it, CUDA's float4 does not
+  kernel: str          # the signature up to the kernel's name; {threads}: threads per block
+  param: str           # one buffer parameter: its {type} and {name}
+  launch_params: tuple[str, ...]  # parameters every kernel takes after its buffers
+  ids: dict[AxisType, str]        # the variable a block's or a thread's index is read from
+  lanes: tuple[str, ...]          # lane k of a float4 value
+  vector: str                     # a float4 value from its {items}
+  types: dict[DType, str]
+  suffixes: dict[DType, str]      # of int literals
+  code_for_op: dict[Ops, Callable]
+  buffer_prefix: str   # before a pointer cast to a buffer
+  local_prefix: str    # before a shared-memory array
+  barrier: str
+  headers: dict[DType|None, tuple[str, ...]]  # lines every kernel starts with (None), or one using a value of a dtype
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
     """bufs are the kernel's parameters, in launch order: all of them, even one whose every read was folded away."""
+    body, used = self.lines(uops), {u.dtype for u in uops}
+    header = [line for dtype, lines in self.headers.items() if dtype is None or dtype in used for line in lines]
+    return "\n".join(header + [self.signature(name, uops, bufs) + " {"] + body + ["}"])
+
+  def signature(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
+    params = [self.param.format(type=self.types[b.dtype], name=f"data{b.arg.slot}") for b in bufs]
+    # a thread id the dialect has no variable for (a CPU core's) is an argument
+    params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
+    threads = prod(u.size for u in uops if u.op is Ops.SPECIAL and u.kind is AxisType.LOCAL)
+    return f"{self.kernel.format(threads=threads)} {name}({', '.join(params + list(self.launch_params))})"
+
+  def lines(self, uops:list[UOp]) -> list[str]:
+    """Each value's text, by the string rules: a value used once is inlined into its user, others get a variable."""
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
       for s in u.src: uses[s] += 2 if _guarded(u) else 1  # a guard repeats its operands: never inline into one
-    names = Names(self)
-    counts: dict[str, int] = defaultdict(int)
-    lines, depth, inlined = [], 1, {}
-    prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
+    names, counts, lines, depth, inlined = Names(self), defaultdict(int), [], 1, {}
+    def fresh(prefix:str) -> str:
+      counts[prefix] += 1
+      return f"{prefix}{counts[prefix] - 1}"
     for u in uops:
-      if u.op is Ops.PARAM: names[u] = f"data{u.arg[0]}"; continue
-      if u.op is Ops.DEFINE_LOCAL: names[u] = u.arg[0]
-      if u.op is Ops.BARRIER: names[u] = names[u.src[0]]
-      if u.op in (Ops.RANGE, Ops.DEFINE_ACC):
-        names[u] = f"{prefixes[u.op]}{counts[prefixes[u.op]]}"; counts[prefixes[u.op]] += 1
+      if u.op is Ops.PARAM: names[u] = f"data{u.arg.slot}"; continue
       if u.op is Ops.SPECIAL:
-        names[u] = u.arg[0]
-        if u.arg[0][0] in self.ids: lines.append("  " * depth + f"int {u.arg[0]} = {string_rules.rewrite(u, names)}")
-        continue
+        names[u] = u.arg.name
+        if u.kind not in self.ids: continue  # an argument
+      if u.op is Ops.DEFINE_LOCAL: names[u] = f"temp{u.arg.id}"
+      if u.op is Ops.BARRIER: names[u] = names[u.src[0]]
+      if u.op in (Ops.RANGE, Ops.DEFINE_ACC): names[u] = fresh(_prefixes[u.op])
       if (text := string_rules.rewrite(u, names)) is None:
-        raise NotImplementedError(f"the {self.device} renderer has no rule for {u.op.name} of {u.dtype}")
+        raise NotImplementedError(f"the {self.name} renderer has no rule for {u.op.name} of {u.dtype}")
       if u.op is Ops.END: depth -= 1
       nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
-      if u.op in (Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER):
-        lines.append("  " * depth + text)
-      elif u.op is Ops.CONST or (u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_ACC): names[u] = text
+      if u.op in _statements: lines.append("  " * depth + text)
+      elif u.op is Ops.CONST or (u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC): names[u] = text  # already a name
       elif uses[u] == 1 and u.op is not Ops.LOAD and nest <= 16:  # inline, but shallow: compilers parse long chains
         names[u], inlined[u] = text, nest                          # by recursion, and people read short lines
       else:
-        prefix = prefixes.get(u.op, "alu")
-        names[u] = f"{prefix}{counts[prefix]}"; counts[prefix] += 1
+        names[u] = fresh(_prefixes.get(u.op, "alu"))
         lines.append("  " * depth + f"{self.types[u.dtype]} {names[u]} = {text};")
       if u.op is Ops.RANGE: depth += 1
-    return "\n".join(self.header(uops) + [self.signature(name, bufs, uops) + " {"] + lines + ["}"])
+    return lines
 
-class CUDARenderer(Renderer):
-  device, has_local, local_max, vector_alu = "CUDA", True, 1024, False
-  kernel_prefix, local_prefix, barrier = 'extern "C" __global__ void', "__shared__ __align__(16) ", "__syncthreads();"
-  ids = {"g": "blockIdx", "l": "threadIdx"}
-  lanes = (".x", ".y", ".z", ".w")
-  types = Renderer.types | {dtypes.half: "half", dtypes.bool: "bool", dtypes.long: "long long"}
-  code_for_op = code_for_op
-  def header(self, uops):
-    return ["#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"] + \
-           (["#include <cuda_fp16.h>"] if any(u.dtype == dtypes.half for u in uops) else [])
-  def vector(self, d, xs): return f"make_{self.types[d]}({','.join(xs)})"
-  def params(self, bufs, uops): return [f"{self.types[u.dtype]}* data{u.arg[0]}" for u in bufs]
-  def signature(self, name, bufs, uops):
-    threads = prod(u.src[0].arg for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"))
-    return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(self.params(bufs, uops))})"
+_prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
+_statements = {Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.SPECIAL}
 
-class MetalRenderer(CUDARenderer):
-  device, vector_alu = "METAL", True
-  kernel_prefix, buffer_prefix, local_prefix = "kernel void", "device ", "threadgroup __attribute__((aligned(16))) "
-  barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
-  ids = {"g": "gid", "l": "lid"}
-  types = CUDARenderer.types | {dtypes.long: "long", dtypes.char: "char", dtypes.uchar: "uchar", dtypes.uint32: "uint"}
-  suffixes = {dtypes.uint32: "u", dtypes.long: "l"}  # Metal's long is 64 bits, and it has no long long
-  code_for_op = code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"}
-  def header(self, uops): return ["#include <metal_stdlib>", "using namespace metal;"]
-  def vector(self, d, xs): return f"{self.types[d]}({','.join(xs)})"
-  def params(self, bufs, uops): return [f"device {self.types[u.dtype]}* data{u.arg[0]}" for u in bufs]
-  def signature(self, name, bufs, uops):
-    ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
-    return f"{self.kernel_prefix} {name}({', '.join(self.params(bufs, uops) + ids)})"
+c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
+           dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
+           dtypes.float.vec(4): "float4"}
 
-class PythonRenderer(CUDARenderer):
-  """The emulator runs the same lowered UOps as CUDA; its 'source' is the CUDA text, for reading."""
-  device = "PYTHON"
+# C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give float4
+CPU = Renderer(
+  "CPU", has_local=False, vector_alu=True, kernel="void", param="{type}* restrict {name}", launch_params=(), ids={},
+  lanes=("[0]", "[1]", "[2]", "[3]"), vector="({type}){{{items}}}", types=c_types,
+  suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
+  code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
+                             Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
+  buffer_prefix="", local_prefix="", barrier="",
+  headers={None: ("#include <math.h>",),
+           dtypes.float.vec(4): ("typedef float float4 __attribute__((vector_size(16)));",)})
+
+CUDA = Renderer(
+  "CUDA", has_local=True, vector_alu=False, kernel='extern "C" __global__ void __launch_bounds__({threads})',
+  param="{type}* {name}", launch_params=(), ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"},
+  lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
+  types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
+  code_for_op=code_for_op, buffer_prefix="", local_prefix="__shared__ __align__(16) ", barrier="__syncthreads();",
+  headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
+           dtypes.half: ("#include <cuda_fp16.h>",)})
+
+METAL = Renderer(
+  "METAL", has_local=True, vector_alu=True, kernel="kernel void", param="device {type}* {name}",
+  launch_params=("uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"),
+  ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
+  types=c_types | {dtypes.half: "half", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
+                   dtypes.uchar: "uchar", dtypes.uint32: "uint"},
+  suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
+  code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
+  buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
+  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
+  headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Devices: a device is an allocator (freed buffers kept by size, for reuse), a compiler (cached in memory and on disk,
@@ -1834,7 +1902,6 @@ def cache_dir() -> str:
 
 class CPURuntime:
   """Kernels compiled by the system C compiler into a shared library, called through ctypes."""
-  local_max = 1
   # -fno-tree-loop-vectorize: tiny vectorizes for itself (float4), and gcc 12 re-vectorizing a loop that reads
   # backwards sums wrong (the sum of a [:, ::-1] view of 17x2 floats).
   flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fno-tree-loop-vectorize"]
@@ -1919,7 +1986,7 @@ class Emulator:
     def run(*bufs, global_size, local_size, wait=False):
       start = time.perf_counter()
       for gid in itertools.product(*[range(n) for n in global_size]):
-        local = {u: bytearray(b"\xff" * u.arg[1] * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
+        local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
         threads = [run_thread(Thread(prog, bufs, local, gid, lid))
                    for lid in itertools.product(*[range(n) for n in local_size])]
         while threads: threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
@@ -1939,10 +2006,10 @@ class Thread:
     size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
     buffer's whole float4s (Buffer.allocated), shared memory's declared length."""
     buf = u.src[0].src[0] if u.src[0].op is Ops.BARRIER else u.src[0]  # shared memory read after a barrier
-    size, shared = buf.arg[1], buf.op is Ops.DEFINE_LOCAL
+    size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
     if not 0 <= addr <= (size if shared else cdiv(size, 4) * 4) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-    return self.local[buf] if shared else self.bufs[buf.arg[0]], buf.dtype, max(0, min(lanes, size - addr))
+    return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
   # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, src:list):
@@ -1965,7 +2032,7 @@ class Thread:
 # what each op computes in an emulated thread: with exec_alu, this table is the emulator's whole semantics
 emulated: dict[Ops, Callable[[Thread, UOp, list], Any]] = {
   Ops.RANGE: lambda t, u, src: 0, Ops.CONST: lambda t, u, src: u.arg, Ops.DEFINE_ACC: lambda t, u, src: src[0],
-  Ops.SPECIAL: lambda t, u, src: (t.gid if u.arg[0][0] == "g" else t.lid)[int(u.arg[0][4:])],
+  Ops.SPECIAL: lambda t, u, src: (t.gid if u.kind is AxisType.GLOBAL else t.lid)[u.arg.dim],
   Ops.LOAD: Thread.load, Ops.GEP: lambda t, u, src: src[0][u.arg], Ops.VECTORIZE: lambda t, u, src: tuple(src),
   Ops.CAST: lambda t, u, src: _convert(u.dtype, src[0]),
   **{op: lambda t, u, src: exec_alu(u.op, u.dtype, src) for op in GroupOp.ALU}}
@@ -1994,8 +2061,8 @@ def reuse_bytes() -> int:
 class Compiled:
   """A device: its runtime, behind two bounded caches that let go of what was used longest ago first: freed buffers
   (by bytes), and loaded programs (LRU_PROGRAMS of them; an evicted program is unloaded once nothing can call it)."""
-  def __init__(self, name:str, runtime, renderer:Renderer):
-    self.name, self.runtime, self.renderer = name, runtime, renderer
+  def __init__(self, name:str, runtime):
+    self.name, self.runtime = name, runtime
     self.free_cache: OrderedDict[int, list] = OrderedDict()  # nbytes -> freed buffers, the size freed longest ago first
     self.cached, self.cache_max = 0, reuse_bytes()
     self.programs: OrderedDict[tuple[str, str], Callable] = OrderedDict()
@@ -2060,9 +2127,9 @@ class Compiled:
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
-  kinds = {"CPU": (Renderer, CPURuntime), "PYTHON": (PythonRenderer, Emulator),
-           "CUDA": (CUDARenderer, lambda: runtime("cuda_rt").CUDADevice()),
-           "METAL": (MetalRenderer, lambda: runtime("metal_rt").MetalDevice())}
+  # the emulator runs the same lowered UOps as CUDA: its source is the CUDA text, for reading
+  kinds = {"CPU": (CPU, CPURuntime), "PYTHON": (CUDA, Emulator), "CUDA": (CUDA, lambda: runtime("cuda_rt").CUDADevice()),
+           "METAL": (METAL, lambda: runtime("metal_rt").MetalDevice())}
   def __init__(self):
     self.opened: dict[str, Compiled] = {}
     self.lock = threading.Lock()
@@ -2070,18 +2137,19 @@ class _Device:
     name = (name or self.DEFAULT).upper()
     if name not in self.kinds: raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.kinds)}")
     return name
-  def renderer(self, name:str) -> Renderer:  # the opened device's, with its queried limits, else the dialect's defaults
-    return self.opened[name].renderer if name in self.opened else self.kinds[name][0]()
+  def target(self, name:str) -> Target:
+    """What lowering for a device needs: its dialect, and the block size the device reported once opened (before:
+    the 1024 threads every CUDA and Metal GPU allows)."""
+    renderer = self.kinds[name][0]
+    local_max = (self.opened[name].runtime.local_max if name in self.opened else 1024) if renderer.has_local else 1
+    return Target(renderer, local_max, threads())
   def __getitem__(self, name:str) -> Compiled:
     name = self.canonical(name)
     if name not in self.opened:
       with self.lock:  # two threads opening one device at once get the same one, opened once
         if name not in self.opened: self.opened[name] = self.open(name)
     return self.opened[name]
-  def open(self, name:str) -> Compiled:
-    renderer, runtime = self.kinds[name][0](), self.kinds[name][1]()
-    renderer.local_max = getattr(runtime, "local_max", renderer.local_max)
-    return Compiled(name, runtime, renderer)
+  def open(self, name:str) -> Compiled: return Compiled(name, self.kinds[name][1]())
   @functools.cached_property
   def DEFAULT(self) -> str:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
@@ -2121,7 +2189,7 @@ program_cache: dict[tuple[UOp, str], Program] = {}
 def to_program(ast:UOp, device:str) -> Program:
   key = (ast, device, getenv("NOOPT"))  # the cache keeps its ASTs, so an equal AST is the same object: found at once
   if key not in program_cache:
-    program_cache[key] = lower(ast, Device.renderer(device))
+    program_cache[key] = lower(ast, Device.target(device))
   return program_cache[key]
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
@@ -2150,7 +2218,7 @@ class RawKernel:
   it once per thread, with the thread's index 0..n-1 as one more int argument."""
   def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
     self.device = (device or Device.DEFAULT).upper()
-    self.prog = Program(name, src, [], _dims(global_size), _dims(local_size), self.device)
+    self.prog = Program(name, src, [], _dims(global_size), _dims(local_size))
     if self.device == "PYTHON":
       raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
     self.fn = Device[self.device].program(self.prog)
