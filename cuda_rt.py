@@ -120,7 +120,8 @@ def _output(nv: ctypes.CDLL, prog: c_void_p, what: str) -> bytes:  # what: "Prog
   # the log and PTX are text whose size counts a terminating NUL; a CUBIN is binary and kept whole
   return buf.raw if what == "CUBIN" else buf.raw.rstrip(b"\0")
 
-def _compile(src: str, arch: str, ptx: bool, opts: tuple[str, ...]) -> tuple[bytes, str]:
+def nvrtc_compile(src: str, arch: str, ptx: bool = False, opts: tuple[str, ...] = ()) -> bytes:
+  """A CUBIN for `arch` ("sm_90"), or PTX for its virtual architecture ("compute_90"); `opts` are extra NVRTC flags."""
   dirs = list(dict.fromkeys([f"{t}/include" for t in _toolkits()] + _wheels("include")))
   fp16 = [d for d in dirs if os.path.exists(os.path.join(d, "cuda_fp16.h"))]
   if "cuda_fp16.h" in src and not fp16:
@@ -134,16 +135,8 @@ def _compile(src: str, arch: str, ptx: bool, opts: tuple[str, ...]) -> tuple[byt
     except CUDAError as e:
       lines = "\n".join(f"{i:4} {line}" for i, line in enumerate(src.splitlines(), 1))
       raise CompileError(f"{e}\n{_output(nv, prog, 'ProgramLog').decode().strip()}\n{lines}") from None
-    return _output(nv, prog, "PTX" if ptx else "CUBIN"), _output(nv, prog, "ProgramLog").decode()
+    return _output(nv, prog, "PTX" if ptx else "CUBIN")
   finally: nv.nvrtcDestroyProgram(byref(prog))
-
-def nvrtc_compile(src: str, arch: str, ptx: bool = False, opts: tuple[str, ...] = ()) -> bytes:
-  """A CUBIN for `arch` ("sm_90"), or PTX for its virtual architecture ("compute_90"); `opts` are extra NVRTC flags."""
-  return _compile(src, arch, ptx, opts)[0]
-
-def ptxas_info(src: str, arch: str) -> str:
-  """ptxas's report on each kernel of `src`: registers, spill stores and loads, stack frame, shared memory."""
-  return _compile(src, arch, False, ("--ptxas-options=-v",))[1]
 
 # ***** driver: device 0, its memory, and kernel launches *****
 
@@ -158,7 +151,6 @@ class CUDADevice:
     cu.cuCtxSetCurrent(ctx)  # a context is current per thread: tiny drives the GPU from the thread that opened it
     self.arch = f"sm_{self.attribute(75)}{self.attribute(76)}"  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
     self.local_max = self.attribute(1)   # CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-    self.shared_max = self.attribute(8)  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, bytes
     # PTX leaves the last compile step to the driver's JIT, which rejects PTX from an NVRTC newer than the driver
     self.ptx = os.environ.get("CUDA_PTX") == "1"
     self.compiler_id = f"nvrtc-{'.'.join(map(str, nvrtc_version()))}-{self.arch}-{'ptx' if self.ptx else 'cubin'}"

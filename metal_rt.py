@@ -26,7 +26,6 @@ SELECTORS: dict[str, tuple] = {
   "localizedDescription": (c_void_p, []),
   # MTLDevice
   "newCommandQueueWithMaxCommandBufferCount:": (c_void_p, [NSUInteger]),
-  "maxThreadgroupMemoryLength": (NSUInteger, []),
   "newBufferWithLength:options:": (c_void_p, [NSUInteger, NSUInteger]),
   "newLibraryWithSource:options:error:": (c_void_p, [c_void_p, c_void_p, POINTER(c_void_p)]),
   "newComputePipelineStateWithFunction:error:": (c_void_p, [c_void_p, POINTER(c_void_p)]),
@@ -118,7 +117,6 @@ class MetalDevice:
     if not self.device: raise RuntimeError("Metal found no GPU: MTLCreateSystemDefaultDevice() returned nil")
     # lets the CPU run up to 1024 launches ahead of the GPU before commandBuffer blocks (the default queue allows 64)
     self.queue = send(self.device, "newCommandQueueWithMaxCommandBufferCount:", 1024)
-    self.shared_max: int = send(self.device, "maxThreadgroupMemoryLength")
     self.in_flight: collections.deque = collections.deque()  # (kernel name, retained command buffer), oldest first
 
   def compile(self, src: str) -> bytes:

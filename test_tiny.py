@@ -1713,7 +1713,7 @@ DOCUMENTED = {
   "newComputePipelineStateWithFunction:error:": (c_void_p, [c_void_p, POINTER(c_void_p)]),
   "newFunctionWithName:": (c_void_p, [c_void_p]),
   "newCommandQueueWithMaxCommandBufferCount:": (c_void_p, [c_ulong]),
-  "maxTotalThreadsPerThreadgroup": (c_ulong, []), "maxThreadgroupMemoryLength": (c_ulong, []),
+  "maxTotalThreadsPerThreadgroup": (c_ulong, []),
   "status": (c_ulong, []),                                                  # MTLCommandBufferStatus is NSUInteger
   "setMathMode:": (None, [c_long]), "setMathFloatingPointFunctions:": (None, [c_long]),  # NSInteger enums
   "setFastMathEnabled:": (None, [c_bool]), "respondsToSelector:": (c_bool, [c_void_p]),

@@ -350,7 +350,6 @@ class PatternMatcher:
     self.rules, self.pdict = rules, defaultdict(list)
     for pat, fn in rules:
       for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
-  def __add__(self, other:PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
   def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
     """The first rule that rewrites u, and what it made of it."""
     for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
@@ -792,23 +791,25 @@ class Tensor:
     dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) \
       or (isinstance(v, int) and self.dtype != dtypes.bool) else _dtype_of_scalar(v)
     return Tensor(v, dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype, self.device)
-  def _broadcast(self, *others) -> list[Tensor]:
+  def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
+    """Operands expanded to one shape and, with promote, cast to the dtype they meet in."""
     ts = [self] + [self._const(o) for o in others]
     if len({t.device for t in ts}) > 1:
       raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
-    dtype = dtypes.promote(*[t.dtype for t in ts])
-    return [t.cast(dtype)._expand_to(shape) for t in ts]
+    if promote: ts = [t.cast(dtypes.promote(*[t.dtype for t in ts])) for t in ts]
+    return [t._expand_to(shape) for t in ts]
   def _expand_to(self, shape) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
       else self
+  def _like(self, uop:UOp) -> Tensor: return Tensor(uop, device=self.device)  # a new tensor on this one's device
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
-    return Tensor(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]), device=self.device)
+    return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
   def _unary(self, op:Ops) -> Tensor:  # transcendentals run in float32: half versions are not in every dialect
     x = self._float()
-    return Tensor(x.cast(dtypes.float).uop.alu(op), device=self.device).cast(x.dtype)
+    return self._like(x.cast(dtypes.float).uop.alu(op)).cast(x.dtype)
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -819,7 +820,7 @@ class Tensor:
   def div(self, x) -> Tensor: a, b = self._broadcast(x); return a._float() * b._float().reciprocal()
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
-    return Tensor(self.uop.alu(Ops.NEG), device=self.device)
+    return self._like(self.uop.alu(Ops.NEG))
   def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)
   def __add__(self, x): return self.add(x)
   def __radd__(self, x): return self._const(x).add(self)
@@ -859,9 +860,9 @@ class Tensor:
   def where(self, x, y) -> Tensor:
     """A Python scalar branch takes the other branch's dtype, as it would in x + 3; two scalars take their own."""
     if not isinstance(x, Tensor): x = y._const(x) if isinstance(y, Tensor) else Tensor(x, device=self.device)
-    cond, x, y = self.cast(dtypes.bool)._broadcast(x, x._const(y))
-    return Tensor(cond.cast(dtypes.bool).uop.alu(Ops.WHERE, x.uop, y.uop), device=self.device)
-  def cast(self, dtype) -> Tensor: return Tensor(self.uop.cast(dtypes.of(dtype)), device=self.device)
+    cond, x, y = self.cast(dtypes.bool)._broadcast(*x._broadcast(y), promote=False)  # the condition stays bool
+    return cond._like(cond.uop.alu(Ops.WHERE, x.uop, y.uop))
+  def cast(self, dtype) -> Tensor: return self._like(self.uop.cast(dtypes.of(dtype)))
   def float(self) -> Tensor: return self.cast(dtypes.float)
   def half(self) -> Tensor: return self.cast(dtypes.half)
   def int(self) -> Tensor: return self.cast(dtypes.int)
@@ -901,7 +902,7 @@ class Tensor:
     else: out = self._reduce_axis(op, axes)
     return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
-    return Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), device=self.device)
+    return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
   def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
     """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
     contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be
@@ -930,7 +931,7 @@ class Tensor:
   def _view(self, fn:str, arg) -> Tensor:
     u = self.uop
     base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
-    return Tensor(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)), device=self.device)
+    return self._like(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)))
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -1057,8 +1058,8 @@ class Tensor:
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
   def _is_buffer(self) -> bool: return _whole_buffer(self.uop)
   def contiguous(self) -> Tensor:
-    return self if self._is_buffer() else Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
-  def clone(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
+    return self if self._is_buffer() else self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   # --- composites
   def dot(self, w:Tensor) -> Tensor:
@@ -1742,7 +1743,6 @@ string_rules = PatternMatcher([
   (UPat(Ops.CAST, name="u"), _cast),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
-  (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_ACC, name="acc"), UPat())), lambda ctx, acc: ctx[acc]),  # its variable
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
   (UPat(Ops.SPECIAL, name="u"), lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
@@ -1811,14 +1811,15 @@ class Renderer:
         names[u] = u.arg.name
         if u.kind not in self.ids: continue  # an argument
       if u.op is Ops.DEFINE_LOCAL: names[u] = f"temp{u.arg.id}"
-      if u.op is Ops.BARRIER: names[u] = names[u.src[0]]
+      if u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC: names[u] = names[u.buf]; continue  # the value: its variable
+      if u.op is Ops.BARRIER: names[u] = names[u.buf]  # shared memory, as it is after the barrier
       if u.op in (Ops.RANGE, Ops.DEFINE_ACC): names[u] = fresh(_prefixes[u.op])
       if (text := string_rules.rewrite(u, names)) is None:
         raise NotImplementedError(f"the {self.name} renderer has no rule for {u.op.name} of {u.dtype}")
       if u.op is Ops.END: depth -= 1
       nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
       if u.op in _statements: lines.append("  " * depth + text)
-      elif u.op is Ops.CONST or (u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC): names[u] = text  # already a name
+      elif u.op is Ops.CONST: names[u] = text
       elif uses[u] == 1 and u.op is not Ops.LOAD and nest <= 16:  # inline, but shallow: compilers parse long chains
         names[u], inlined[u] = text, nest                          # by recursion, and people read short lines
       else:
