@@ -313,7 +313,8 @@ alu_bounds: dict[Ops, Callable] = {
   Ops.WHERE: lambda c, a, b: (min(a[0], b[0]), max(a[1], b[1])) if c[0] != c[1] else (a if c[0] else b)}
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Pattern matcher: every transformation that can be a rule is one. A rule is (UPat, fn(**captures) -> UOp | None).
+# Pattern matcher: the algebra (symbolic rules) and the rendering (string rules) are tables of rules; structural passes
+# (scheduling, ranges, lanes, accumulators) are named functions. A rule is (UPat, fn(**captures) -> UOp | None).
 
 class UPat(MathMixin):
   """src as a tuple matches in order; as a list, in any order (commutative ops); a name twice binds the same node."""
@@ -445,9 +446,12 @@ symbolic = PatternMatcher([
   (x // 1, lambda x: x),                                                # x//1 -> x
   (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x
   (UPat(Ops.WHERE, src=(UPat.var(), x, x)), lambda x: x),               # c ? x : x -> x
-  (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),
+  (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),  # True ? x : y -> x
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
+    lambda c: c),                                                       # c ? True : False -> c
   # canonical order: constants last, so the rules below see one shape
-  (UPat(GroupOp.Commutative, src=(c0, x), name="a"), lambda a, c0, x: None if is_const(x) else a.replace(src=(x, c0))),
+  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),
+    lambda a, c0, x: None if is_const(x) else a.replace(src=(x, c0))),  # c+x -> x+c
   ((xi + c0) + c1, lambda x, c0, c1: x + (c0.arg + c1.arg)),            # (x+c0)+c1 -> x+(c0+c1)
   ((xi * c0) * c1, lambda x, c0, c1: x * (c0.arg * c1.arg)),            # (x*c0)*c1 -> x*(c0*c1)
   (UPat(Ops.ADD, src=[xi + c0, yi]), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
@@ -458,23 +462,24 @@ symbolic = PatternMatcher([
   (xi + xi * c0, lambda x, c0: x * (c0.arg + 1)),                       # x+x*c -> x*(c+1)
   (xi + xi, lambda x: x * 2),                                           # x+x -> x*2
   # division and remainder by a constant
-  (xi // c0, lambda x, c0: fold_divmod(x, c0, Ops.IDIV)),
-  (xi % c0, lambda x, c0: fold_divmod(x, c0, Ops.MOD)),
-  ((xi // c0) // c1, lambda x, c0, c1: x // (c0.arg * c1.arg) if x.vmin >= 0 and c0.arg > 0 and c1.arg > 0 else None),
+  (xi // c0, lambda x, c0: fold_divmod(x, c0, Ops.IDIV)),              # (a*c+b)//c -> a+b//c
+  (xi % c0, lambda x, c0: fold_divmod(x, c0, Ops.MOD)),                 # (a*c+b)%c -> b%c
+  ((xi // c0) // c1, lambda x, c0, c1: x // (c0.arg * c1.arg)           # (x//a)//b -> x//(a*b)
+    if x.vmin >= 0 and c0.arg > 0 and c1.arg > 0 else None),
   ((xi % c0) // c1, lambda x, c0, c1: (x // c1.arg) % (c0.arg // c1.arg)          # (x%(k*c))//c -> (x//c)%k
     if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
-  ((xi % c0) % c1, lambda x, c0, c1: x % c1.arg if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
+  ((xi % c0) % c1, lambda x, c0, c1: x % c1.arg                       # (x%(k*c))%c -> x%c
+    if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
   (xidx + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),            # x+c0<c1 -> x<c1-c0
-  # a vector rebuilt from its own lanes is that vector
   (UPat(Ops.VECTORIZE, name="u"), lambda u: u.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is u.src[0].src[0] and
-    s.arg == k for k, s in enumerate(u.src)) and u.src[0].src[0].dtype == u.dtype else None),
+    s.arg == k for k, s in enumerate(u.src)) and u.src[0].src[0].dtype == u.dtype else None),  # (v.x,v.y,v.z,v.w) -> v
   # gates that bounds decided: a load always taken drops its gate, one never taken reads 0
   (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"),
-    lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),
+    lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),  # load if True -> load; if False -> 0
   (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"),
-    lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),
+    lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),     # store if True -> store
   (c0 < xidx + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),  # c0<x+c1 -> c0-c1<x
 ])
 
@@ -1036,8 +1041,8 @@ class Tensor:
       start, stop, step = i.indices(n)
       count = len(range(start, stop, step))
       if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
-      x = x.shrink(tuple((start, start + (count - 1) * step + 1) if d == dim and count else (0, 0) if d == dim else None
-                         for d in range(x.ndim)))
+      window = (start, start + (count - 1) * step + 1) if count else (0, 0)
+      x = x.shrink(tuple(window if d == dim else None for d in range(x.ndim)))
       if step > 1: x = x._stride(dim, step)
       dim += 1
     return x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze)) if squeeze else x
@@ -1193,8 +1198,10 @@ class KernelContext:
   def param(self, buf:Buffer) -> UOp:
     if buf not in self.bufs: self.bufs.append(buf)
     return UOp(Ops.PARAM, buf.dtype, (), Param(self.bufs.index(buf), buf.size))
-  def input(self, u:UOp) -> Buffer|None:
-    return u.arg if u.op is Ops.BUFFER else self.views[u].src[0].arg if u in self.views and u not in self.outs else None
+  def input(self, u:UOp) -> Buffer|None:  # the buffer u is, if this kernel reads it from memory
+    if u.op is Ops.BUFFER: return u.arg
+    if u in self.views and u not in self.outs: return self.views[u].src[0].arg  # another kernel's output
+    return None
 
 def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   """The graph of root with inputs as PARAMs; iterative, and it stops at inputs (what made them is another kernel)."""
@@ -1643,7 +1650,9 @@ def linearize(sink:UOp) -> list[UOp]:
 def _fmt_const(ctx:Names, v, d:DType) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if dtypes.is_float(d):
-    text = "NAN" if math.isnan(v) else ("INFINITY" if v > 0 else "(-INFINITY)") if math.isinf(v) else f"{float(v)!r}f"
+    if math.isnan(v): text = "NAN"
+    elif math.isinf(v): text = "INFINITY" if v > 0 else "(-INFINITY)"
+    else: text = f"{float(v)!r}f"
     return text if d == dtypes.float else f"({ctx.types[d]}){text}"
   if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
   return f"{v}{ctx.suffixes.get(d, '')}"
@@ -2141,8 +2150,8 @@ class _Device:
   def target(self, name:str) -> Target:
     """What lowering for a device needs: its dialect, and the block size the device reported once opened (before:
     the 1024 threads every CUDA and Metal GPU allows)."""
-    renderer = self.kinds[name][0]
-    local_max = (self.opened[name].runtime.local_max if name in self.opened else 1024) if renderer.has_local else 1
+    renderer, local_max = self.kinds[name][0], 1
+    if renderer.has_local: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
     return Target(renderer, local_max, threads())
   def __getitem__(self, name:str) -> Compiled:
     name = self.canonical(name)
