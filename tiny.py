@@ -280,12 +280,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.CONST: return (self.arg, self.arg)
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.src[0].arg - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
-    limits = dtypes.limits(self.dtype) if dtypes.is_int(self.dtype) else (False, True) if self.dtype == dtypes.bool \
-      else (-math.inf, math.inf)
-    if self.op in GroupOp.ALU and all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool)
-                                      for s in self.src[-2:]):
-      b = alu_bounds[self.op](*[s.bounds for s in self.src]) if self.op in alu_bounds else None
-      if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
+    limits, b = dtypes.limits(self.dtype), None
+    if self.op is Ops.CAST and dtypes.is_int(self.dtype) and self.src[0].dtype.count == 1 and \
+       (dtypes.is_int(self.src[0].dtype) or self.src[0].dtype == dtypes.bool): b = self.src[0].bounds
+    if self.op in GroupOp.ALU and self.op in alu_bounds and \
+       all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
+      b = alu_bounds[self.op](*[s.bounds for s in self.src])
+    if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
     return limits
   @property
   def vmin(self): return self.bounds[0]
@@ -447,7 +448,7 @@ symbolic = PatternMatcher([
   (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x
   (UPat(Ops.WHERE, src=(UPat.var(), x, x)), lambda x: x),               # c ? x : x -> x
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),  # True ? x : y -> x
-  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
+  (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
     lambda c: c),                                                       # c ? True : False -> c
   # canonical order: constants last, so the rules below see one shape
   (UPat(GroupOp.Commutative, src=(c0, x), name="a"),
@@ -903,20 +904,10 @@ class Tensor:
     axes = self._axes(axis)
     size, kept = prod(self.shape[i] for i in axes), tuple(s for i, s in enumerate(self.shape) if i not in axes)
     if size == 0: out = Tensor.full(kept, identity(op, self.dtype).arg, self.dtype, self.device)  # nothing to reduce
-    elif size >= 2**15 and prod(kept) < 256: out = self._split_reduce(op, axes, size, kept)
     else: out = self._reduce_axis(op, axes)
     return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
-  def _split_reduce(self, op:Ops, axes:tuple[int, ...], size:int, kept:tuple[int, ...]) -> Tensor:
-    """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
-    contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be
-    one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
-    x = self.permute([i for i in range(self.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-    parts = next((p for p in range(256, 63, -1) if size % (16 * p) == 0), 256)
-    x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, self.dtype).arg)
-    partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
-    return partial._reduce_axis(op, (len(kept),))
   def sum(self, axis=None, keepdim=False) -> Tensor:  # ints and bools add up in int64, as in numpy and torch
     x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
     return x._reduce(Ops.ADD, axis, keepdim)
@@ -1106,16 +1097,31 @@ class Tensor:
     return np.frombuffer(self._data(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Scheduler: tensor graph -> kernels. A node becomes a buffer (a kernel output) when it is requested, forced by
-# contiguous(), or holds a reduce that would otherwise be recomputed: a reduce read by several consumers, broadcast
-# back over its reduced axes (softmax's max and sum), or reduced again. Everything else fuses into its consumer.
-# Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores).
+# Scheduler: tensor graph -> kernels, in the steps schedule() lists. A node becomes a buffer (a kernel output) when it
+# is requested, forced by contiguous(), or holds a reduce that would otherwise be recomputed; everything else fuses
+# into its consumer. Each kernel's AST is a SINK of STOREs over PARAMs.
 
 @dataclass
 class ScheduleItem:
   ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list[Buffer]           # outputs first, then inputs, in PARAM order
   outs: dict[UOp, UOp]         # computed node -> the buffer view that holds it once this kernel has run
+
+def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
+  """The kernels that realize these tensors (all on one device), in the order they must run."""
+  device = tensors[0].device
+  sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
+  sink = substitute(sink, {u: v for u in sink.toposort if u in realized and (v := realized_view(u)) is not None})
+  sink = graph_rewrite(sink, split_reductions, ctx=device)
+  realize, has_reduce = kernel_outputs(sink)
+  reads = kernel_inputs(sink, realize)
+  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
+                  ShapeTracker.contiguous(r.shape)) for r in reads}
+  items = [_kernel(g, views) for g in group_outputs(reads, has_reduce)]
+  for t, u in zip(tensors, sink.src):  # the tensor's own node, from before realized parts were substituted in
+    for item in items:
+      if u in item.outs: item.outs[t.uop] = item.outs[u]
+  return items
 
 # computed node -> the buffer view holding it, both weakly: a result lives as long as a tensor (or graph) holds it
 realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -1128,24 +1134,41 @@ def _whole_buffer(u:UOp) -> bool:
 def _expands(st:ShapeTracker) -> bool:
   return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
-def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
-  sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
-  known = {u: realized_view(u) for u in sink.toposort if u in realized}
-  sink = substitute(sink, {u: v for u, v in known.items() if v is not None})
+def split_reduce(r:UOp, device:str) -> UOp|None:
+  """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
+  contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be
+  one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
+  (op, axes), x = r.arg, Tensor(r.src[0], device=device)
+  size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
+  if size < 2**15 or prod(kept) >= 256: return None
+  x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
+  parts = next((p for p in range(256, 63, -1) if size % (16 * p) == 0), 256)
+  x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, x.dtype).arg)
+  partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
+  return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
+split_reductions = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), lambda r, ctx: split_reduce(r, ctx))])
+
+def kernel_outputs(sink:UOp) -> tuple[set[UOp], dict[UOp, bool]]:
+  """The nodes stored to memory: the outputs, contiguous(), and a reduce that would otherwise be recomputed: one read
+  by several consumers, broadcast back over its reduced axes (softmax's max and sum), or reduced again. And for
+  each node, whether its kernel holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
-  outs = [u for u in dict.fromkeys(sink.src) if not _whole_buffer(u)]
-  realize: set[UOp] = set(outs) | {u for u in order if u.op is Ops.CONTIGUOUS}
+  realize: set[UOp] = {u for u in dict.fromkeys(sink.src) if not _whole_buffer(u)}
+  realize |= {u for u in order if u.op is Ops.CONTIGUOUS}
   has_reduce: dict[UOp, bool] = {}
   for u in order:
     has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
     if has_reduce[u] and u.op is not Ops.SINK and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
        (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize.add(u)
-  # the kernel of each realized node: what it reads, and which realized nodes it depends on
+  return realize, has_reduce
+
+def kernel_inputs(sink:UOp, realize:set[UOp]) -> dict[UOp, list[UOp]]:
+  """For each stored node, in the order they are made, the stored nodes its kernel reads."""
   reads: dict[UOp, list[UOp]] = {}
-  for r in (u for u in order if u in realize):
+  for r in (u for u in sink.toposort if u in realize):
     reads[r], stack, seen = [], list(r.src), set()
     while stack:
       u = stack.pop()
@@ -1153,6 +1176,11 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
       seen.add(u)
       if u in realize: reads[r].append(u)
       else: stack.extend(u.src)
+  return reads
+
+def group_outputs(reads:dict[UOp, list[UOp]], has_reduce:dict[UOp, bool]) -> list[list[UOp]]:
+  """Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores), where
+  neither reads the other and the kernel runs after all they read."""
   groups: list[list[UOp]] = []
   group_of: dict[UOp, int] = {}
   for r in reads:
@@ -1166,14 +1194,7 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
     else:
       groups[joinable[0]].append(r)
       group_of[r] = joinable[0]
-  device = tensors[0].device
-  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
-                  ShapeTracker.contiguous(r.shape)) for r in reads}
-  items = [_kernel(g, views) for g in groups]
-  for t, u in zip(tensors, sink.src):  # the tensor's own node, from before realized parts were substituted in
-    for item in items:
-      if u in item.outs: item.outs[t.uop] = item.outs[u]
-  return items
+  return groups
 
 def _deps(r:UOp, reads:dict[UOp, list[UOp]]) -> set[UOp]:
   out, stack = set(), list(reads[r])
