@@ -2191,6 +2191,100 @@ def test_a_bad_setting_names_the_variable_the_value_and_what_is_accepted(tmp_pat
   assert r.stdout == f"imported\nValueError: {var}={value!r}: expected a whole number, {accepted}\n", r.stdout
 
 # ------------------------------------------------------------------------------------------------------------------
+# rendered source, pinned: a change to what a kernel looks like in any dialect shows here first
+
+PINNED = {
+  ("add", "CPU"): """#include <math.h>
+typedef float float4 __attribute__((vector_size(16)));
+void E_4_4(float* restrict data0, float* restrict data1, float* restrict data2) {
+  for (int ridx0 = 0; ridx0 < 4; ridx0++) {
+    int alu0 = (ridx0<<2);
+    float4 val0 = *((float4*)(data2+alu0));
+    float4 val1 = *((float4*)(data1+alu0));
+    *((float4*)(data0+alu0)) = (float4){(val0[0]+val1[0]),(val0[1]+val1[1]),(val0[2]+val1[2]),(val0[3]+val1[3])};
+  }
+}""",
+  ("add", "CUDA"): """#define INFINITY (__int_as_float(0x7f800000))
+#define NAN (__int_as_float(0x7fffffff))
+extern "C" __global__ void __launch_bounds__(4) E_4_4(float* data0, float* data1, float* data2) {
+  int lidx0 = threadIdx.x; /* 4 */
+  int alu0 = (lidx0<<2);
+  float4 val0 = *((float4*)(data2+alu0));
+  float4 val1 = *((float4*)(data1+alu0));
+  *((float4*)(data0+alu0)) = make_float4((val0.x+val1.x),(val0.y+val1.y),(val0.z+val1.z),(val0.w+val1.w));
+}""",
+  ("add", "METAL"): """#include <metal_stdlib>
+using namespace metal;
+kernel void E_4_4(device float* data0, device float* data1, device float* data2, uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
+  int lidx0 = lid.x; /* 4 */
+  int alu0 = (lidx0<<2);
+  float4 val0 = *((device float4*)(data2+alu0));
+  float4 val1 = *((device float4*)(data1+alu0));
+  *((device float4*)(data0+alu0)) = float4((val0.x+val1.x),(val0.y+val1.y),(val0.z+val1.z),(val0.w+val1.w));
+}""",
+  ("max", "CPU"): """#include <math.h>
+void r_3_5(float* restrict data0, float* restrict data1) {
+  for (int ridx0 = 0; ridx0 < 3; ridx0++) {
+    float acc0 = (-INFINITY);
+    for (int ridx1 = 0; ridx1 < 5; ridx1++) {
+      float val0 = *(data1+(ridx1+(ridx0*5)));
+      acc0 = ((acc0<val0||val0!=val0)?val0:acc0);
+    }
+    *(data0+ridx0) = acc0;
+  }
+}""",
+  ("max", "CUDA"): """#define INFINITY (__int_as_float(0x7f800000))
+#define NAN (__int_as_float(0x7fffffff))
+extern "C" __global__ void __launch_bounds__(4) r_3_4_2(float* data0, float* data1) {
+  int gidx0 = blockIdx.x; /* 3 */
+  __shared__ __align__(16) float tempN[4];
+  int lidx0 = threadIdx.x; /* 4 */
+  float acc0 = (-INFINITY);
+  bool alu0 = (lidx0<2);
+  bool alu1 = (lidx0<1);
+  for (int ridx0 = 0; ridx0 < 2; ridx0++) {
+    int alu2 = (lidx0+(ridx0<<2));
+    bool alu3 = (alu2<5);
+    float val0 = (alu3?*(data1+(alu2+(gidx0*5))):0.0f);
+    float alu4 = (alu3?val0:(-INFINITY));
+    acc0 = ((acc0<alu4||alu4!=alu4)?alu4:acc0);
+  }
+  *(tempN+lidx0) = acc0;
+  __syncthreads();
+  float val1 = *(tempN+lidx0);
+  float val2 = (alu0?*(tempN+(lidx0+2)):0.0f);
+  if (alu0) { *(tempN+lidx0) = ((val1<val2||val2!=val2)?val2:val1); }
+  __syncthreads();
+  float val3 = *(tempN+lidx0);
+  float val4 = (alu1?*(tempN+(lidx0+1)):0.0f);
+  if (alu1) { *(tempN+lidx0) = ((val3<val4||val4!=val4)?val4:val3); }
+  __syncthreads();
+  float val5 = *(tempN+0);
+  if ((lidx0==0)) { *(data0+gidx0) = val5; }
+}""",
+  ("where", "CPU"): """#include <math.h>
+void E_3(int* restrict data0, int* restrict data1) {
+  for (int ridx0 = 0; ridx0 < 3; ridx0++) {
+    int val0 = *(data1+ridx0);
+    _Bool alu0 = (2<val0);
+    int alu1 = ((int)((unsigned int)val0<<3));
+    *(data0+ridx0) = (alu0?alu1:-1);
+  }
+}""",
+}
+
+def pinned_program(name: str) -> Tensor:
+  if name == "add": return Tensor.empty(4, 4) + Tensor.empty(4, 4)
+  if name == "max": return Tensor.empty(3, 5).max(axis=1)
+  i = Tensor.empty(3, dtype="int")
+  return (i > 2).where(i << 3, -1)
+
+@pytest.mark.parametrize("name, device", PINNED)
+def test_rendered_kernel_is_pinned(name, device):
+  prog, = tiny.render(pinned_program(name), device=device)
+  assert re.sub(r"temp\d+", "tempN", prog.src) == PINNED[(name, device)]
+
+# ------------------------------------------------------------------------------------------------------------------
 # every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced.
 
 def test_lowered_kernels_are_recorded():
