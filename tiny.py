@@ -1306,10 +1306,12 @@ def identity(op:Ops, dtype:DType) -> UOp:
                    else dtypes.limits(dtype)[0])
 
 def rangeify(ast:UOp) -> UOp:
-  shape, memo = ast.src[0].src[1].shape, {}
+  """A kernel AST's STORE(buf, value) becomes STORE(buf, addr, value at the output's ranges)."""
+  shape, memo = ast.src[0].src[1].shape, {}  # the kernel's outputs share one shape
   idxs = tuple(new_range(s, AxisType.GLOBAL) for s in shape)
   addr = View.contiguous(shape).index(idxs)[0]
-  return UOp(Ops.SINK, None, tuple(st.replace(src=(st.src[0], addr, build(st.src[1], idxs, memo))) for st in ast.src))
+  return UOp(Ops.SINK, None, tuple(UOp(Ops.STORE, None, (buf, addr, build(value, idxs, memo))) for buf, value in
+                                   (st.src for st in ast.src)))
 
 def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
@@ -2043,30 +2045,33 @@ class Thread:
     return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
   # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
-  def load(self, u:UOp, src:list):
-    if u.src[0].op is Ops.DEFINE_ACC: return src[0]
+  def load(self, u:UOp, vals:dict):
+    if u.buf.op is Ops.DEFINE_ACC: return vals[u.buf]
     n = u.dtype.count
-    if len(src) > 2 and not src[2]:  # a gated-off load reads 0
+    if u.gate is not None and not vals[u.gate]:  # a gated-off load reads 0
       zero = dtypes.python(u.dtype.scalar)(0)
       return zero if n == 1 else (zero,) * n
-    mem, dtype, inside = self.access(u, src[1], n)
-    start = src[1] * dtype.itemsize
+    mem, dtype, inside = self.access(u, vals[u.addr], n)
+    start = vals[u.addr] * dtype.itemsize
     data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
     out = struct.unpack(f"{n}{dtype.fmt}", data)
     return out[0] if n == 1 else out
-  def store(self, u:UOp, src:list):
-    if len(src) > 3 and not src[3]: return
-    n = u.src[2].dtype.count
-    mem, dtype, inside = self.access(u, src[1], n)
-    struct.pack_into(f"{inside}{dtype.fmt}", mem, src[1] * dtype.itemsize, *(src[2] if n > 1 else [src[2]])[:inside])
+  def store(self, u:UOp, vals:dict):
+    if u.gate is not None and not vals[u.gate]: return
+    n, value = u.value.dtype.count, vals[u.value]
+    mem, dtype, inside = self.access(u, vals[u.addr], n)
+    struct.pack_into(f"{inside}{dtype.fmt}", mem, vals[u.addr] * dtype.itemsize, *(value if n > 1 else [value])[:inside])
 
-# what each op computes in an emulated thread: with exec_alu, this table is the emulator's whole semantics
-emulated: dict[Ops, Callable[[Thread, UOp, list], Any]] = {
-  Ops.RANGE: lambda t, u, src: 0, Ops.CONST: lambda t, u, src: u.arg, Ops.DEFINE_ACC: lambda t, u, src: src[0],
-  Ops.SPECIAL: lambda t, u, src: (t.gid if u.kind is AxisType.GLOBAL else t.lid)[u.arg.dim],
-  Ops.LOAD: Thread.load, Ops.GEP: lambda t, u, src: src[0][u.arg], Ops.VECTORIZE: lambda t, u, src: tuple(src),
-  Ops.CAST: lambda t, u, src: _convert(u.dtype, src[0]),
-  **{op: lambda t, u, src: exec_alu(u.op, u.dtype, src) for op in GroupOp.ALU}}
+# what each op computes in an emulated thread, from the values computed so far: with exec_alu, this table is the
+# emulator's whole semantics
+emulated: dict[Ops, Callable[[Thread, UOp, dict], Any]] = {
+  Ops.RANGE: lambda t, u, vals: 0, Ops.CONST: lambda t, u, vals: u.arg,
+  Ops.DEFINE_ACC: lambda t, u, vals: vals[u.src[0]],
+  Ops.SPECIAL: lambda t, u, vals: (t.gid if u.kind is AxisType.GLOBAL else t.lid)[u.arg.dim],
+  Ops.LOAD: Thread.load, Ops.GEP: lambda t, u, vals: vals[u.src[0]][u.arg],
+  Ops.VECTORIZE: lambda t, u, vals: tuple(vals[s] for s in u.src),
+  Ops.CAST: lambda t, u, vals: _convert(u.dtype, vals[u.src[0]]),
+  **{op: lambda t, u, vals: exec_alu(u.op, u.dtype, [vals[s] for s in u.src]) for op in GroupOp.ALU}}
 
 def run_thread(t:Thread):
   """Step through the linear UOps: loops jump back at END, a barrier yields to the block's other threads."""
@@ -2074,14 +2079,14 @@ def run_thread(t:Thread):
   start = {u: i for i, u in enumerate(uops) if u.op is Ops.RANGE}
   while pc < len(uops):
     u = uops[pc]
-    src = [vals.get(s) for s in u.src]
     if u.op is Ops.END:
-      vals[u.src[0]] += 1
-      if vals[u.src[0]] < u.src[0].src[0].arg: pc = start[u.src[0]] + 1; continue
+      loop = u.src[0]
+      vals[loop] += 1
+      if vals[loop] < loop.size: pc = start[loop] + 1; continue
     elif u.op is Ops.BARRIER: yield
-    elif u.op is Ops.STORE: t.store(u, src)
-    elif u.op is Ops.ASSIGN: vals[u.src[0]] = src[1]
-    elif u.op in emulated: vals[u] = emulated[u.op](t, u, src)
+    elif u.op is Ops.STORE: t.store(u, vals)
+    elif u.op is Ops.ASSIGN: vals[u.src[0]] = vals[u.src[1]]  # the accumulator takes its update's value
+    elif u.op in emulated: vals[u] = emulated[u.op](t, u, vals)
     pc += 1
 
 def reuse_bytes() -> int:
