@@ -77,10 +77,11 @@ class dtypes:
   def fits(d:DType, x) -> bool: return dtypes.min(d) <= x <= dtypes.max(d)
   @staticmethod
   def promote(*ds:DType) -> DType:
-    """The dtype two operands meet in: the higher one, but a signed int with an unsigned one needs a wider signed int."""
+    """The dtype operands meet in: the highest, but a signed int with an unsigned one needs a wider signed int."""
     top = max(ds, key=lambda d: d.priority)
     unsigned = [d for d in ds if dtypes.is_unsigned(d)]
-    if dtypes.is_float(top) or not unsigned or not any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds): return top
+    signed = any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds)
+    if dtypes.is_float(top) or not unsigned or not signed: return top
     return max(top, dtypes.int64 if dtypes.uint32 in unsigned else dtypes.int32, key=lambda d: d.priority)
   @staticmethod
   def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.scalar == dtypes.bool else int
@@ -539,8 +540,9 @@ class View:
     addr = UOp.const(dtypes.index, self.offset)
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: addr = addr + i * st
-    valid = all_of(*[term for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ())
-                     for term in ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])])
+    def inside(i:UOp, s:int, lo:int, hi:int) -> list[UOp]:  # lo <= i < hi, leaving out what the dim's size says
+      return ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])
+    valid = all_of(*[t for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()) for t in inside(i, s, lo, hi)])
     return addr, valid
 
   def reshape(self, shape:tuple[int, ...]) -> View|None:
@@ -1524,7 +1526,8 @@ def thread_ids(sink:UOp) -> UOp:  # global ranges read the block's id, local and
 
 def store_once(sink:UOp) -> UOp:  # every thread of a block holds its reduction's result: thread 0 stores it
   def once(st:UOp) -> UOp:
-    idle = [s for s in st.value.toposort if s.op is Ops.SPECIAL and s.kind is AxisType.LOCAL and s not in st.addr.toposort]
+    idle = [s for s in st.value.toposort
+            if s.op is Ops.SPECIAL and s.kind is AxisType.LOCAL and s not in st.addr.toposort]
     return st.gated(all_of(*[s.alu(Ops.CMPEQ, s.const_like(0)) for s in idle]))
   return sink.replace(src=tuple(once(st) for st in sink.src))
 
@@ -1573,8 +1576,9 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
             for i, (r, _) in enumerate(work)]
     # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
     # where the value it adds doesn't depend on it
-    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, UOp(Ops.LOAD, a.dtype, (a, rs[-1])).alu(r.arg, substitute(r.src[0], done)))
-                     + rs) for a, (r, _) in zip(accs, work))
+    now = [UOp(Ops.LOAD, a.dtype, (a, rs[-1])) for a in accs]
+    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(r.arg, substitute(r.src[0], done))) + rs)
+                 for a, acc, (r, _) in zip(accs, now, work))
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     for a, (_, outs) in zip(accs, work):
       total = UOp(Ops.LOAD, a.dtype, (a, body[0]))
@@ -1756,7 +1760,8 @@ def _store(ctx:Names, u:UOp) -> str:
   store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
   return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
 
-def _vector(ctx:Names, dtype:DType, items:list[str]) -> str: return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
+def _vector(ctx:Names, dtype:DType, items:list[str]) -> str:
+  return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
 
 string_rules = PatternMatcher([
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
@@ -1777,7 +1782,8 @@ string_rules = PatternMatcher([
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
-  (UPat(Ops.SPECIAL, name="u"), lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
+  (UPat(Ops.SPECIAL, name="u"),
+    lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
   (UPat(Ops.RANGE, name="u"),
     lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {ctx[u.src[0]]}; {ctx[u]}++) {{"),
   (UPat(Ops.END), lambda ctx: "}"),
@@ -1787,7 +1793,8 @@ string_rules = PatternMatcher([
   (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
 ])
 
-def buffers(uops:list[UOp]) -> list[UOp]: return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
+def buffers(uops:list[UOp]) -> list[UOp]:
+  return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
 
 class Names(dict):
   """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
@@ -2060,7 +2067,8 @@ class Thread:
     if u.gate is not None and not vals[u.gate]: return
     n, value = u.value.dtype.count, vals[u.value]
     mem, dtype, inside = self.access(u, vals[u.addr], n)
-    struct.pack_into(f"{inside}{dtype.fmt}", mem, vals[u.addr] * dtype.itemsize, *(value if n > 1 else [value])[:inside])
+    lanes = value if n > 1 else [value]
+    struct.pack_into(f"{inside}{dtype.fmt}", mem, vals[u.addr] * dtype.itemsize, *lanes[:inside])
 
 # what each op computes in an emulated thread, from the values computed so far: with exec_alu, this table is the
 # emulator's whole semantics
@@ -2164,7 +2172,8 @@ class Compiled:
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
   # the emulator runs the same lowered UOps as CUDA: its source is the CUDA text, for reading
-  kinds = {"CPU": (CPU, CPURuntime), "PYTHON": (CUDA, Emulator), "CUDA": (CUDA, lambda: runtime("cuda_rt").CUDADevice()),
+  kinds = {"CPU": (CPU, CPURuntime), "PYTHON": (CUDA, Emulator),
+           "CUDA": (CUDA, lambda: runtime("cuda_rt").CUDADevice()),
            "METAL": (METAL, lambda: runtime("metal_rt").MetalDevice())}
   def __init__(self):
     self.opened: dict[str, Compiled] = {}
