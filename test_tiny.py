@@ -406,6 +406,11 @@ def test_big_reductions_split_in_two_kernels(n):
   assert Tensor(x).max().item() == max(x) and Tensor(x).min().item() == min(x)
   assert_close(Tensor(x).sum().item(), math.fsum(x), rtol=1e-4)
 
+@pytest.mark.parametrize("n", [10_000_000, 3 * 2**20 + 1])  # parts of over 2**15 elements are not split again
+def test_a_split_reduction_is_two_kernels_however_long_its_parts(n):
+  assert len(tiny.render(Tensor.empty(n).sum())) == len(tiny.render(Tensor.empty(n, 3).max(axis=0))) == 2
+  assert Tensor.full((n,), 0.5).sum().item() == n / 2
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_reductions_of_empty_tensors_give_the_identity(device):
   assert Tensor.zeros(0, device=device).sum().tolist() == 0.0 and (Tensor.zeros(0, 3, device=device) + 1).tolist() == []

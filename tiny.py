@@ -25,13 +25,15 @@ def cdiv(a:int, b:int) -> int: return -(-a // b)
 # ---------------------------------------------------------------------------------------------------------------------
 # dtypes: what a value is in memory. `fmt` is the struct/buffer-protocol letter, `priority` orders type promotion.
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DType:
+  """Each dtype is one object (vectors are made once, below), so equal is identical: a cheap hash and compare."""
   priority: int
   itemsize: int
   name: str
   fmt: str
   count: int = 1
+  @functools.cache
   def vec(self, n:int) -> DType: return replace(self, itemsize=self.itemsize*n, name=f"{self.name}{n}", count=n)
   @property
   def scalar(self) -> DType: return self if self.count == 1 else dtypes.by_fmt[self.fmt]
@@ -805,7 +807,9 @@ class Tensor:
     if len({t.device for t in ts}) > 1:
       raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
-    if promote: ts = [t.cast(dtypes.promote(*[t.dtype for t in ts])) for t in ts]
+    if promote:
+      dtype = dtypes.promote(*[t.dtype for t in ts])
+      ts = [t.cast(dtype) for t in ts]
     return [t._expand_to(shape) for t in ts]
   def _expand_to(self, shape) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
@@ -1114,7 +1118,9 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   device = tensors[0].device
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
   sink = substitute(sink, {u: v for u in sink.toposort if u in realized and (v := realized_view(u)) is not None})
-  sink = graph_rewrite(sink, split_reductions, ctx=device)
+  # a split reduce has under 256 outputs, so no reduce above it is split too: the mapping's keys never nest
+  splits = {u: split_reduce(u, device) for u in sink.toposort if u.op is Ops.REDUCE_AXIS}
+  sink = substitute(sink, {u: s for u, s in splits.items() if s is not u})
   realize, has_reduce = kernel_outputs(sink)
   reads = kernel_inputs(sink, realize)
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
@@ -1136,19 +1142,18 @@ def _whole_buffer(u:UOp) -> bool:
 def _expands(st:ShapeTracker) -> bool:
   return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
-def split_reduce(r:UOp, device:str) -> UOp|None:
+def split_reduce(r:UOp, device:str) -> UOp:
   """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
   contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be
   one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
   (op, axes), x = r.arg, Tensor(r.src[0], device=device)
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
-  if size < 2**15 or prod(kept) >= 256: return None
+  if size < 2**15 or prod(kept) >= 256: return r
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
   parts = next((p for p in range(256, 63, -1) if size % (16 * p) == 0), 256)
   x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, x.dtype).arg)
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
-split_reductions = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), lambda r, ctx: split_reduce(r, ctx))])
 
 def kernel_outputs(sink:UOp) -> tuple[set[UOp], dict[UOp, bool]]:
   """The nodes stored to memory: the outputs, contiguous(), and a reduce that would otherwise be recomputed: one read
