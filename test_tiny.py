@@ -409,6 +409,7 @@ def test_big_reductions_split_in_two_kernels(n):
 @pytest.mark.parametrize("n", [10_000_000, 3 * 2**20 + 1])  # parts of over 2**15 elements are not split again
 def test_a_split_reduction_is_two_kernels_however_long_its_parts(n):
   assert len(tiny.render(Tensor.empty(n).sum())) == len(tiny.render(Tensor.empty(n, 3).max(axis=0))) == 2
+  assert len(tiny.render(Tensor.empty(n).softmax())) == 5  # max and sum each split, then the normalize
   assert Tensor.full((n,), 0.5).sum().item() == n / 2
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])

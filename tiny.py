@@ -1118,9 +1118,8 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   device = tensors[0].device
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
   sink = substitute(sink, {u: v for u in sink.toposort if u in realized and (v := realized_view(u)) is not None})
-  # a split reduce has under 256 outputs, so no reduce above it is split too: the mapping's keys never nest
-  splits = {u: split_reduce(u, device) for u in sink.toposort if u.op is Ops.REDUCE_AXIS}
-  sink = substitute(sink, {u: s for u, s in splits.items() if s is not u})
+  if any(u.op is Ops.REDUCE_AXIS for u in sink.toposort):  # once each: a split's parts are not split again
+    sink = rebuild(sink, lambda u: split_reduce(u, device) if u.op is Ops.REDUCE_AXIS else u)
   realize, has_reduce = kernel_outputs(sink)
   reads = kernel_inputs(sink, realize)
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
