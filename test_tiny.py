@@ -541,6 +541,15 @@ def test_a_window_inside_padding_reads_only_the_pad_value(device):  # the mask i
   x = Tensor([[1.0, 2.0]], device=device).pad(((1, 0), (0, 0))).shrink(((0, 1), (0, 2)))
   assert x.reshape(2).tolist() == [0.0, 0.0] and x.expand(3, 2).tolist() == [[0.0, 0.0]] * 3
 
+def test_a_realized_result_is_read_not_recomputed_though_its_sources_were_realized_too():
+  x = Tensor(rand_list((7, 13), 40))
+  a = x + 1
+  b = a * 2
+  a.realize(), b.realize()
+  prog, = tiny.render(b + 1)
+  assert "*" not in prog.src.split("{", 1)[1].replace("*(", "").replace("*)", ""), prog.src  # no multiply left
+  assert_close((b + 1).tolist(), ref_ew(lambda v: f32(f32(v + 1) * 2) + 1, x.tolist()))
+
 def test_views_of_computed_values():
   x, y = rand_list((7, 3), 48), rand_list((2, 11), 49)
   got = ((Tensor(x) * 2).permute(1, 0)[1:, ::-2].pad(((0, 0), (3, 4))) + Tensor(y))

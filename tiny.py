@@ -140,6 +140,8 @@ class ThreadId(NamedTuple):  # a SPECIAL's arg: which index of the launch it rea
 class Param(NamedTuple):  # a PARAM's arg: one buffer of a kernel
   slot: int  # its place among the launch's arguments
   size: int  # elements
+  @property
+  def name(self) -> str: return f"data{self.slot}"
 
 class Shared(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory
   id: int
@@ -388,18 +390,17 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
     else: done[u] = done[new]
   return done[sink]
 
-def rebuild(sink:UOp, fn:Callable[[UOp], UOp]) -> UOp:
-  """Each node, sources first, rebuilt over its new sources and passed through fn once. Unlike a rewrite, what fn
-  returns is not rewritten again (r -> r+1 stays)."""
+def rebuild(sink:UOp, fn:Callable[[UOp, UOp], UOp]) -> UOp:
+  """Each node, sources first, rebuilt over its new sources, and fn(node, rebuilt node) says what it becomes. Unlike
+  a rewrite, what fn returns is not rewritten again (r -> r+1 stays)."""
   done: dict[UOp, UOp] = {}
   for u in sink.toposort:
     src = tuple(done[s] for s in u.src)
-    done[u] = fn(u if src == u.src else u.replace(src=src))
+    done[u] = fn(u, u if src == u.src else u.replace(src=src))
   return done[sink]
 
-def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:
-  """Replace nodes once, bottom-up (a node is looked up once its own sources are replaced)."""
-  return rebuild(sink, lambda u: mapping.get(u, u)) if mapping else sink
+def substitute(sink:UOp, mapping:dict[UOp, UOp]) -> UOp:  # replace nodes once, bottom-up
+  return rebuild(sink, lambda u, new: mapping.get(u, new)) if mapping else sink
 
 def all_of(*conds:UOp|None) -> UOp|None:  # the conjunction of the conditions that are there; None: no condition
   present = [c for c in conds if c is not None]
@@ -1118,8 +1119,8 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   device = tensors[0].device
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
   sink = substitute(sink, {u: v for u in sink.toposort if u in realized and (v := realized_view(u)) is not None})
-  if any(u.op is Ops.REDUCE_AXIS for u in sink.toposort):  # once each: a split's parts are not split again
-    sink = rebuild(sink, lambda u: split_reduce(u, device) if u.op is Ops.REDUCE_AXIS else u)
+  if any(u.op is Ops.REDUCE_AXIS for u in sink.toposort):  # (a walk over the whole graph: only where it can split)
+    sink = rebuild(sink, lambda u, new: split_reduce(new, device) if u.op is Ops.REDUCE_AXIS else new)
   realize, has_reduce = kernel_outputs(sink)
   reads = kernel_inputs(sink, realize)
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
@@ -1162,7 +1163,7 @@ def kernel_outputs(sink:UOp) -> tuple[set[UOp], dict[UOp, bool]]:
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
-  realize: set[UOp] = {u for u in dict.fromkeys(sink.src) if not _whole_buffer(u)}
+  realize: set[UOp] = {u for u in sink.src if not _whole_buffer(u)}
   realize |= {u for u in order if u.op is Ops.CONTIGUOUS}
   has_reduce: dict[UOp, bool] = {}
   for u in order:
@@ -1188,32 +1189,19 @@ def group_outputs(reads:dict[UOp, list[UOp]], has_reduce:dict[UOp, bool]) -> lis
   """Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores), where
   neither reads the other and the kernel runs after all they read."""
   groups: list[list[UOp]] = []
-  group_of: dict[UOp, int] = {}
-  for r in reads:
-    deps = _deps(r, reads)
-    ready = max((group_of[d] for d in deps if d in group_of), default=-1)  # a group runs where it was started
-    def fits(g): return not any(has_reduce[o] or o.shape != r.shape or o in deps or o.op is Ops.CONTIGUOUS for o in g)
-    joinable = [i for i, g in enumerate(groups) if i > ready and fits(g)]
-    if has_reduce[r] or r.op is Ops.CONTIGUOUS or not joinable:
-      groups.append([r])
-      group_of[r] = len(groups) - 1
-    else:
-      groups[joinable[0]].append(r)
-      group_of[r] = joinable[0]
+  for r in reads:  # a group's kernel runs where the group was started: r joins one started after all it reads
+    ready = max((i for i, g in enumerate(groups) if any(d in g for d in reads[r])), default=-1)
+    joinable = [g for g in groups[ready + 1:]
+                if not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g)]
+    if has_reduce[r] or r.op is Ops.CONTIGUOUS or not joinable: groups.append([r])
+    else: joinable[0].append(r)
   return groups
-
-def _deps(r:UOp, reads:dict[UOp, list[UOp]]) -> set[UOp]:
-  out, stack = set(), list(reads[r])
-  while stack:
-    if (u := stack.pop()) not in out: out.add(u); stack.extend(reads.get(u, []))
-  return out
 
 def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
-  for o in outs: ctx.param(views[o].src[0].arg)
-  stores = tuple(UOp(Ops.STORE, None, (UOp(Ops.PARAM, o.dtype, (), Param(i, prod(o.shape))), to_ast(o, ctx)))
-                 for i, o in enumerate(outs))
+  params = [ctx.param(views[o].src[0].arg) for o in outs]  # outputs first
+  stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
   return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs})
 
 @dataclass
@@ -1236,11 +1224,11 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   while stack:
     u = stack[-1]
     if u in ctx.memo: stack.pop(); continue
-    buf, viewed = ctx.input(u), ctx.input(u.src[0]) if u.op is Ops.VIEW else None
     todo = [s for s in u.src if s not in ctx.memo]
-    if buf is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
-    # a buffer is its own base
-    elif viewed is not None: ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(viewed),), u.arg)
+    if (buf := ctx.input(u)) is not None:
+      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
+    elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # an input's view
+      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
     elif todo: stack.extend(todo)
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
@@ -1274,7 +1262,8 @@ def lower(ast:UOp, target:Target) -> Program:
                narrow_index):
     sink = step(sink)
   uops = linearize(sink)
-  src = target.renderer.render(name, uops, buffers(ast.toposort))  # every buffer it is launched with, read or not
+  bufs = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)  # all, read or not
+  src = target.renderer.render(name, uops, bufs)
   return Program(name, src, uops, *launch_dims(uops), _cost(ast))
 
 def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and the size of each axis
@@ -1307,17 +1296,16 @@ def new_range(size:int, kind:AxisType) -> UOp:
 
 def identity(op:Ops, dtype:DType) -> UOp:
   if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (identity(op, dtype.scalar),) * dtype.count)
-  if op is Ops.ADD: return UOp.const(dtype, 0)
-  return UOp.const(dtype, -math.inf if dtypes.is_float(dtype) else False if dtype == dtypes.bool
-                   else dtypes.limits(dtype)[0])
+  return UOp.const(dtype, 0 if op is Ops.ADD else dtypes.limits(dtype)[0])  # x+0 = x, max(x, min) = x
 
 def rangeify(ast:UOp) -> UOp:
   """A kernel AST's STORE(buf, value) becomes STORE(buf, addr, value at the output's ranges)."""
-  shape, memo = ast.src[0].src[1].shape, {}  # the kernel's outputs share one shape
+  stores = [st.src for st in ast.src]  # (buf, value): no address yet
+  shape, memo = stores[0][1].shape, {}  # the kernel's outputs share one shape
   idxs = tuple(new_range(s, AxisType.GLOBAL) for s in shape)
   addr = View.contiguous(shape).index(idxs)[0]
-  return UOp(Ops.SINK, None, tuple(UOp(Ops.STORE, None, (buf, addr, build(value, idxs, memo))) for buf, value in
-                                   (st.src for st in ast.src)))
+  return UOp(Ops.SINK, None, tuple(UOp(Ops.STORE, None, (buf, addr, build(value, idxs, memo)))
+                                   for buf, value in stores))
 
 def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
@@ -1398,7 +1386,7 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   if n % opt.amount == 0: return simplify(sink)
   # the last lanes of an upcast run past the end: buffers are allocated to a multiple of 4 elements, so an access
   # at 4-aligned base + lane stays inside its allocation and needs no gate (its float4 stays whole)
-  spare = (lambda u: u.op is Ops.STORE or _aligned(u.addr, inner)) if opt.kind is AxisType.UPCAST else lambda u: False
+  spare = (lambda u: _aligned(u.addr, inner)) if opt.kind is AxisType.UPCAST else lambda u: False
   return simplify(gate(sink, expr < n, {outer, inner}, spare))
 
 def _aligned(addr:UOp, lane:UOp) -> bool:
@@ -1406,7 +1394,7 @@ def _aligned(addr:UOp, lane:UOp) -> bool:
 
 def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
-  def add(u:UOp) -> UOp:
+  def add(_, u:UOp) -> UOp:
     if u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM and any(r in rs for r in u.addr.toposort) \
        and not spare(u): return u.gated(valid)
     if u.op is Ops.REDUCE and any(r in rs for r in u.src[1:]):
@@ -1424,7 +1412,7 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
   if dev.has_local and red and (out_size <= 2048 or rows):
-    return [Opt(AxisType.GROUP, red[-1], min(dev.local_max, 256, _pow2_at_most(red[-1].size)))]
+    return [Opt(AxisType.GROUP, red[-1], min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1)))]
   if not red and glob and glob[-1].size >= 4 and (glob[-1].size % 4 == 0 or len(glob) == 1) and \
      _unit_stride(sink, glob[-1]):
     opts.append(Opt(AxisType.UPCAST, glob[-1], 4))  # a tail past the end is safe only with no next row to run into
@@ -1439,7 +1427,6 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
 
 def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
   return any(u.op is Ops.LOAD and u.buf.op is Ops.PARAM and r not in u.addr.toposort for u in sink.toposort)
-def _pow2_at_most(n:int) -> int: return 1 << (n.bit_length() - 1)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src)
 
@@ -1525,7 +1512,7 @@ def thread_ids(sink:UOp) -> UOp:  # global ranges read the block's id, local and
   ids = {}
   for kind, kinds in ((AxisType.GLOBAL, (AxisType.GLOBAL,)), (AxisType.LOCAL, (AxisType.LOCAL, AxisType.GROUP))):
     rs = [r for k in kinds for r in ranges(sink, k)]
-    ids.update({r: UOp(Ops.SPECIAL, dtypes.index, r.src, ThreadId(kind, dim)) for dim, r in enumerate(rs)})
+    ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(kind, dim)) for dim, r in enumerate(rs)})
   return substitute(sink, ids)
 
 def store_once(sink:UOp) -> UOp:  # every thread of a block holds its reduction's result: thread 0 stores it
@@ -1537,16 +1524,15 @@ def store_once(sink:UOp) -> UOp:  # every thread of a block holds its reduction'
 
 def to_cpu(sink:UOp) -> UOp:
   """The thread range becomes the kernel's core argument; every other range stays a loop."""
-  thread = ranges(sink, AxisType.THREAD)
-  return substitute(sink, {r: UOp(Ops.SPECIAL, dtypes.index, r.src, ThreadId(AxisType.THREAD, 0)) for r in thread})
+  thread = ThreadId(AxisType.THREAD, 0)
+  return substitute(sink, {r: r.replace(op=Ops.SPECIAL, arg=thread) for r in ranges(sink, AxisType.THREAD)})
 
 def vectorize(sink:UOp) -> UOp:
   """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
   16-byte access: each thread issues one load instruction instead of four."""
   def split(u:UOp) -> tuple:  # (buffer, 4-aligned base, gate), and the lane
-    c = u.addr.src[1].arg if u.addr.op is Ops.ADD and u.addr.src[1].op is Ops.CONST \
-      else u.addr.arg if u.addr.op is Ops.CONST else 0
-    return (u.buf, simplify(u.addr + (c - c % 4 - c)), u.gate), c % 4
+    lane = sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % 4
+    return (u.buf, simplify(u.addr + -lane), u.gate), lane
   def groups(us:list[UOp]) -> dict:
     found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
     for u in us:
@@ -1620,7 +1606,7 @@ def narrow_index(sink:UOp) -> UOp:
   stay int, widened where they are used."""
   wide = any(not -2**31 <= u.vmin <= u.vmax < 2**31 for u in sink.toposort if u.dtype == dtypes.index)
   target = dtypes.long if wide else dtypes.int
-  def narrow(u:UOp) -> UOp:
+  def narrow(_, u:UOp) -> UOp:
     if u.op is Ops.SPECIAL: return UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.size),), u.arg).cast(target)
     return u.replace(dtype=target) if u.dtype == dtypes.index else u
   return rebuild(sink, narrow)
@@ -1628,16 +1614,15 @@ def narrow_index(sink:UOp) -> UOp:
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them) become loops around the stores."""
   body = sink.src
-  for r in reversed(ranges(UOp(Ops.SINK, None, body), AxisType.GLOBAL)): body = (UOp(Ops.END, None, (r,) + body),)
+  for r in reversed(ranges(sink, AxisType.GLOBAL)): body = (UOp(Ops.END, None, (r,) + body),)
   return sink.replace(src=body)
 
 def linearize(sink:UOp) -> list[UOp]:
   """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
   loops as late and closes them as early as it can, so loop-invariant work stays outside."""
   order = sink.toposort
-  parent: dict[UOp, UOp] = {}  # a reduce over several ranges nests them: END(outer, END(inner, ...))
-  for e in order:
-    if e.op is Ops.END: parent.update({s.src[0]: e.src[0] for s in e.src[1:] if s.op is Ops.END})
+  # a reduce over several ranges nests them: END(outer, END(inner, ...))
+  parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   loops = [r for r in order if r.op is Ops.RANGE and r.kind is AxisType.GLOBAL]
   def enclosing(r:UOp) -> list[UOp]:  # reduce loops run inside every output loop
     out = [r]
@@ -1714,8 +1699,7 @@ def _narrow(ctx:Names, u:UOp, code:str) -> str:
 def _guarded(u:UOp) -> bool:
   if u.op in (Ops.IDIV, Ops.MOD): return not (u.src[1].vmin > 0 or u.src[1].vmax < -1)  # b == 0, INT_MIN / -1
   if u.op in (Ops.SHL, Ops.SHR): return not 0 <= u.src[1].vmin <= u.src[1].vmax < 8 * u.dtype.itemsize
-  if u.op is Ops.CAST: return dtypes.is_float(u.src[0].dtype) and dtypes.is_int(u.dtype)  # nan, inf, out of range
-  return u.op in (Ops.MAX, Ops.WHERE)
+  return u.op is Ops.CAST and dtypes.is_float(u.src[0].dtype) and dtypes.is_int(u.dtype)  # nan, inf, out of range
 
 def _wrapping(ctx:Names, u:UOp) -> str|None:
   """Signed + - * whose bounds don't prove it in range: C calls overflow undefined (and gcc folds `x+1 > x` to true),
@@ -1789,16 +1773,13 @@ string_rules = PatternMatcher([
   (UPat(Ops.SPECIAL, name="u"),
     lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
   (UPat(Ops.RANGE, name="u"),
-    lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {ctx[u.src[0]]}; {ctx[u]}++) {{"),
+    lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {u.size}; {ctx[u]}++) {{"),
   (UPat(Ops.END), lambda ctx: "}"),
   (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
   (UPat(Ops.ASSIGN, name="u"), lambda ctx, u: f"{ctx[u.src[0]]} = {ctx[u.src[1]]};"),
   (UPat(Ops.DEFINE_LOCAL, name="u"), lambda ctx, u: f"{ctx.local_prefix}{ctx.types[u.dtype]} {ctx[u]}[{u.arg.size}];"),
   (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
 ])
-
-def buffers(uops:list[UOp]) -> list[UOp]:
-  return sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
 
 class Names(dict):
   """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
@@ -1833,26 +1814,22 @@ class Renderer:
     return "\n".join(header + [self.signature(name, uops, bufs) + " {"] + body + ["}"])
 
   def signature(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
-    params = [self.param.format(type=self.types[b.dtype], name=f"data{b.arg.slot}") for b in bufs]
+    params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
     # a thread id the dialect has no variable for (a CPU core's) is an argument
     params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
-    threads = prod(u.size for u in uops if u.op is Ops.SPECIAL and u.kind is AxisType.LOCAL)
+    threads = prod(launch_dims(uops)[1])
     return f"{self.kernel.format(threads=threads)} {name}({', '.join(params + list(self.launch_params))})"
 
   def lines(self, uops:list[UOp]) -> list[str]:
     """Each value's text, by the string rules: a value used once is inlined into its user, others get a variable."""
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
-      for s in u.src: uses[s] += 2 if _guarded(u) else 1  # a guard repeats its operands: never inline into one
-    names, counts, lines, depth, inlined = Names(self), defaultdict(int), [], 1, {}
-    def fresh(prefix:str) -> str:
-      counts[prefix] += 1
-      return f"{prefix}{counts[prefix] - 1}"
+      for s in u.src: uses[s] += 2 if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?:
+    names, counts, lines, depth, inlined = Names(self), defaultdict(itertools.count), [], 1, {}
+    def fresh(prefix:str) -> str: return f"{prefix}{next(counts[prefix])}"
     for u in uops:
-      if u.op is Ops.PARAM: names[u] = f"data{u.arg.slot}"; continue
-      if u.op is Ops.SPECIAL:
-        names[u] = u.arg.name
-        if u.kind not in self.ids: continue  # an argument
+      if u.op in (Ops.PARAM, Ops.SPECIAL): names[u] = u.arg.name
+      if u.op is Ops.PARAM or u.op is Ops.SPECIAL and u.kind not in self.ids: continue  # an argument
       if u.op is Ops.DEFINE_LOCAL: names[u] = f"temp{u.arg.id}"
       if u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC: names[u] = names[u.buf]; continue  # the value: its variable
       if u.op is Ops.BARRIER: names[u] = names[u.buf]  # shared memory, as it is after the barrier
@@ -2049,7 +2026,7 @@ class Thread:
     """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
     size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
     buffer's whole float4s (Buffer.allocated), shared memory's declared length."""
-    buf = u.src[0].src[0] if u.src[0].op is Ops.BARRIER else u.src[0]  # shared memory read after a barrier
+    buf = u.buf.buf if u.buf.op is Ops.BARRIER else u.buf  # shared memory read after a barrier
     size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
     if not 0 <= addr <= (size if shared else cdiv(size, 4) * 4) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
@@ -2080,7 +2057,7 @@ emulated: dict[Ops, Callable[[Thread, UOp, dict], Any]] = {
   Ops.RANGE: lambda t, u, vals: 0, Ops.CONST: lambda t, u, vals: u.arg,
   Ops.DEFINE_ACC: lambda t, u, vals: vals[u.src[0]],
   Ops.SPECIAL: lambda t, u, vals: (t.gid if u.kind is AxisType.GLOBAL else t.lid)[u.arg.dim],
-  Ops.LOAD: Thread.load, Ops.GEP: lambda t, u, vals: vals[u.src[0]][u.arg],
+  Ops.LOAD: Thread.load, Ops.STORE: Thread.store, Ops.GEP: lambda t, u, vals: vals[u.src[0]][u.arg],
   Ops.VECTORIZE: lambda t, u, vals: tuple(vals[s] for s in u.src),
   Ops.CAST: lambda t, u, vals: _convert(u.dtype, vals[u.src[0]]),
   **{op: lambda t, u, vals: exec_alu(u.op, u.dtype, [vals[s] for s in u.src]) for op in GroupOp.ALU}}
@@ -2096,7 +2073,6 @@ def run_thread(t:Thread):
       vals[loop] += 1
       if vals[loop] < loop.size: pc = start[loop] + 1; continue
     elif u.op is Ops.BARRIER: yield
-    elif u.op is Ops.STORE: t.store(u, vals)
     elif u.op is Ops.ASSIGN: vals[u.src[0]] = vals[u.src[1]]  # the accumulator takes its update's value
     elif u.op in emulated: vals[u] = emulated[u.op](t, u, vals)
     pc += 1
