@@ -283,7 +283,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @functools.cached_property
   def bounds(self) -> tuple:
     if self.op is Ops.CONST: return (self.arg, self.arg)
-    if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.src[0].arg - 1)
+    if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
     limits, b = dtypes.limits(self.dtype), None
     if self.op is Ops.CAST and dtypes.is_int(self.dtype) and self.src[0].dtype.count == 1 and \
@@ -1118,7 +1118,8 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (all on one device), in the order they must run."""
   device = tensors[0].device
   sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
-  sink = substitute(sink, {u: v for u in sink.toposort if u in realized and (v := realized_view(u)) is not None})
+  known = {u: realized_view(u) for u in sink.toposort}  # results realized before: read, not computed again
+  sink = substitute(sink, {u: v for u, v in known.items() if v is not None})
   if any(u.op is Ops.REDUCE_AXIS for u in sink.toposort):  # (a walk over the whole graph: only where it can split)
     sink = rebuild(sink, lambda u, new: split_reduce(new, device) if u.op is Ops.REDUCE_AXIS else new)
   realize, has_reduce = kernel_outputs(sink)
@@ -1249,8 +1250,8 @@ class Program:
 class Target(NamedTuple):
   """What lowering knows of a device: the dialect it renders, and the limits the device reports."""
   renderer: Renderer
-  local_max: int  # threads a block may have (1: no blocks)
-  cores: int      # CPU threads a kernel may be split across
+  local_max: int  # threads a block may have, as the device reports (1: no blocks)
+  cores: int      # CPU threads a kernel may be split across (THREADS, or every core)
   @property
   def has_local(self) -> bool: return self.renderer.has_local
 
@@ -1274,10 +1275,10 @@ def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and th
 def launch_dims(uops:list[UOp]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
   """The global (blocks, or CPU threads) and local (threads per block) sizes, x y z, as every runtime takes them."""
   def dims(*kinds:AxisType) -> tuple[int, int, int]:
-    return _dims([u.size for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.kind in kinds),
+    return _xyz([u.size for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.kind in kinds),
                                          key=lambda u: u.arg.dim)])
   return dims(AxisType.GLOBAL, AxisType.THREAD), dims(AxisType.LOCAL)
-def _dims(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
+def _xyz(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
 
 def _cost(ast:UOp) -> tuple[int, int]:
   nodes = ast.toposort
@@ -1330,7 +1331,8 @@ def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
     addr, _, gate = _view(u, idxs, valid)
     return [] if u.src[0].op in (Ops.PARAM, Ops.CONST) else [(u.src[0], tuple(unravel(addr, u.src[0].shape)), gate)]
   if u.op is Ops.REDUCE_AXIS:
-    return [(u.src[0], tuple(new_range(s, AxisType.REDUCE) if i in u.arg[1] else idx
+    _, axes = u.arg
+    return [(u.src[0], tuple(new_range(s, AxisType.REDUCE) if i in axes else idx
                              for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs))), valid)]
   return [(s, idxs, valid) for s in u.src]
 
@@ -1344,7 +1346,8 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
   if u.op is Ops.CONTIGUOUS: return vals[0]
   if u.op is Ops.REDUCE_AXIS:
     ranges = tuple(r for r in srcs[0][1] if r.op is Ops.RANGE and r not in idxs)
-    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + ranges, u.arg[0]) if ranges else vals[0]
+    op, _ = u.arg
+    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + ranges, op) if ranges else vals[0]
   return u.replace(src=tuple(vals))
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
@@ -1365,15 +1368,23 @@ def merge(sink:UOp, a:UOp, b:UOp) -> UOp:
   return simplify(substitute(sink, {a: r // b.size, b: r % b.size}))
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Kernel opts: each one splits a range r of size n into outer*amount + inner, where inner is a new range of the opt's
-# kind. Later steps give kinds their meaning: upcast/unroll become vector lanes, local becomes threadIdx, group a
-# reduction shared across a block. A split that doesn't divide gets a gate, so every size works with full blocks.
+# Kernel opts: each one splits a range r of size n into outer*amount + inner (a CPU thread's: inner*chunk + outer),
+# where inner is a new range of the opt's kind. Later steps give kinds their meaning: upcast/unroll become vector
+# lanes, local becomes threadIdx, group a reduction shared across a block. A split that doesn't divide gets a gate, so
+# every size works with full blocks.
 
 @dataclass(frozen=True)
 class Opt:
   kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP or THREAD
   axis: UOp       # the RANGE to split
   amount: int
+
+def optimize(sink:UOp, dev:Target) -> UOp:
+  sink = merge_ranges(simplify(sink))
+  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink
+  for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
+  for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
+  return sink
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.size
@@ -1450,13 +1461,6 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
   return [Opt(AxisType.THREAD, glob[0], threads)] if threads else []
 
-def optimize(sink:UOp, dev:Target) -> UOp:
-  sink = merge_ranges(simplify(sink))
-  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink
-  for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
-  for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
-  return sink
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 2: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
 # ranges on GPUs, reductions become accumulators, and four lanes at consecutive addresses become one float4 access.
@@ -1473,7 +1477,7 @@ def expand(sink:UOp) -> UOp:
     rs = [r for r in u.src[1:] if r.kind is AxisType.UNROLL]
     if not rs: return None
     rest, vals = tuple(r for r in u.src[1:] if r not in rs), lanes(u.src[0], rs)
-    combine = lambda xs: functools.reduce(lambda a, b: a.alu(u.arg, b), xs)  # noqa: E731
+    def combine(xs:list[UOp]) -> UOp: return functools.reduce(lambda a, b: a.alu(u.arg, b), xs)
     if not rest: return combine(vals)
     return u.replace(src=(combine(vals),) + rest) if tile else combine([u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
@@ -1496,7 +1500,7 @@ def share_reductions(sink:UOp) -> UOp:
   def group(u:UOp) -> UOp|None:
     grp = [r for r in u.src[1:] if r.kind is AxisType.GROUP]
     if not grp: return None
-    (g,), rest = grp, tuple(r for r in u.src[1:] if r not in grp)
+    g, rest = grp[0], tuple(r for r in u.src[1:] if r not in grp)
     partial = u.replace(src=(u.src[0],) + rest) if rest else u.src[0]
     local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), Shared(g.arg.id, g.size))
     barrier = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, partial))))
@@ -1562,6 +1566,7 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   for rs, us in groups.items():
     work = _vector_sums(us, rs) if vector_alu else [(u, [(u, None)]) for u in us]
+    # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
             for i, (r, _) in enumerate(work)]
     # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
@@ -1660,126 +1665,8 @@ def linearize(sink:UOp) -> list[UOp]:
   return out
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Renderers: one C-style renderer; a dialect is a table of strings. Each value is rendered by a rule from its UOp;
-# a value used once is inlined into its user, others get a named variable.
-
-def _fmt_const(ctx:Names, v, d:DType) -> str:
-  if d == dtypes.bool: return "1" if v else "0"
-  if dtypes.is_float(d):
-    if math.isnan(v): text = "NAN"
-    elif math.isinf(v): text = "INFINITY" if v > 0 else "(-INFINITY)"
-    else: text = f"{float(v)!r}f"
-    return text if d == dtypes.float else f"({ctx.types[d]}){text}"
-  if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
-  return f"{v}{ctx.suffixes.get(d, '')}"
-
-def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
-def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k: only where no bit reaches the sign
-  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b) and \
-    a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
-
-code_for_op: dict[Ops, Callable] = {
-  Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
-  Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
-  Ops.ADD: lambda a, b: f"({a}+{b})", Ops.MUL: lambda a, b: f"({a}*{b})", Ops.IDIV: lambda a, b: f"({a}/{b})",
-  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})",
-  Ops.CMPLT: lambda a, b: f"({a}<{b})",
-  Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
-  Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
-  Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
-
-# C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
-# (a comparison, a select and a bitwise op of in-range values stay in range)
-def _narrow(ctx:Names, u:UOp, code:str) -> str:
-  keeps = u.op in GroupOp.Compare | {Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.WHERE}
-  return f"(({ctx.types[u.dtype]}){code})" if u.dtype.itemsize < 4 and not keeps else code
-
-# Where C leaves an op undefined, every dialect renders the result python_alu and _convert define. The guard repeats
-# the operands, so they are never inlined into it.
-def _guarded(u:UOp) -> bool:
-  if u.op in (Ops.IDIV, Ops.MOD): return not (u.src[1].vmin > 0 or u.src[1].vmax < -1)  # b == 0, INT_MIN / -1
-  if u.op in (Ops.SHL, Ops.SHR): return not 0 <= u.src[1].vmin <= u.src[1].vmax < 8 * u.dtype.itemsize
-  return u.op is Ops.CAST and dtypes.is_float(u.src[0].dtype) and dtypes.is_int(u.dtype)  # nan, inf, out of range
-
-def _wrapping(ctx:Names, u:UOp) -> str|None:
-  """Signed + - * whose bounds don't prove it in range: C calls overflow undefined (and gcc folds `x+1 > x` to true),
-  so it runs on the unsigned bits, which wrap, as on every GPU and in the emulator. Index math, proven in range,
-  stays plain: the compiler may then widen it."""
-  bounds = alu_bounds[u.op](*[s.bounds for s in u.src])
-  lo, hi = dtypes.limits(u.dtype)
-  if lo <= bounds[0] and bounds[1] <= hi: return None
-  unsigned = f"(unsigned {ctx.types[u.dtype]})"
-  return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*[unsigned + ctx[s] for s in u.src])})"
-
-def _divide(ctx:Names, u:UOp) -> str|None:
-  if not _guarded(u): return None
-  a, b, signed = ctx[u.src[0]], ctx[u.src[1]], not dtypes.is_unsigned(u.dtype)
-  if u.op is Ops.MOD: return _narrow(ctx, u, f"(({b}==0{f'||{b}==-1' if signed else ''})?0:{a}%{b})")
-  return _narrow(ctx, u, f"({b}==0?0:{f'{b}==-1?-{a}:' if signed else ''}{a}/{b})")
-
-def _shift(ctx:Names, u:UOp) -> str:
-  """A signed << shifts the unsigned bits (C leaves a negative one undefined); an amount outside [0, width) shifts
-  every bit out: << gives 0, >> gives 0 or -1 by the sign."""
-  a, b, bits, signed = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize, dtypes.is_int(u.dtype) and \
-    not dtypes.is_unsigned(u.dtype)
-  wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]
-  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", f"({a}<0?-1:0)" if signed else "0"
-  else: shifted, out = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))" if signed else f"({a}<<{b})", "0"
-  return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
-
-def _cast(ctx:Names, u:UOp) -> str:
-  x = f"(float){ctx[u.src[0]]}" if u.src[0].dtype == dtypes.half else ctx[u.src[0]]
-  if not _guarded(u): return f"({ctx.types[u.dtype]})({x})"
-  lo, hi = dtypes.limits(u.dtype)  # float -> int saturates at the type's limits, and nan is 0
-  edge = lambda v: _fmt_const(ctx, float(v), dtypes.float)  # noqa: E731  (powers of two: exact in float)
-  return (f"({x}!={x}?0:{x}<={edge(lo)}?{_fmt_const(ctx, lo, u.dtype)}:{x}>={edge(hi + 1)}?"
-          f"{_fmt_const(ctx, hi, u.dtype)}:({ctx.types[u.dtype]})({x}))")
-
-def _pointer(ctx:Names, u:UOp, dtype:DType) -> str:  # what a LOAD or STORE accesses: one value, or a vector of them
-  at = f"{ctx[u.buf]}+{ctx[u.addr]}"
-  return f"*(({ctx.buffer_prefix}{ctx.types[dtype]}*)({at}))" if dtype.count > 1 else f"*({at})"
-
-def _load(ctx:Names, u:UOp) -> str:
-  if u.gate is None: return _pointer(ctx, u, u.dtype)
-  zero = _vector(ctx, u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(ctx, 0, u.dtype)
-  return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
-
-def _store(ctx:Names, u:UOp) -> str:
-  store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
-  return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
-
-def _vector(ctx:Names, dtype:DType, items:list[str]) -> str:
-  return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
-
-string_rules = PatternMatcher([
-  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
-  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
-  (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
-  (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
-  (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
-  (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
-    lambda ctx, u, a, b: _narrow(ctx, u, f"(({ctx[a]}<{ctx[b]}||{ctx[b]}!={ctx[b]})?{ctx[b]}:{ctx[a]})")),
-  (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
-  (UPat(Ops.CAST, name="u"), _cast),
-  (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
-  (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
-  (UPat(Ops.LOAD, name="u"), _load),
-  (UPat(Ops.STORE, name="u"), _store),
-  (UPat(Ops.SPECIAL, name="u"),
-    lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
-  (UPat(Ops.RANGE, name="u"),
-    lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {u.size}; {ctx[u]}++) {{"),
-  (UPat(Ops.END), lambda ctx: "}"),
-  (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
-  (UPat(Ops.ASSIGN, name="u"), lambda ctx, u: f"{ctx[u.src[0]]} = {ctx[u.src[1]]};"),
-  (UPat(Ops.DEFINE_LOCAL, name="u"), lambda ctx, u: f"{ctx.local_prefix}{ctx.types[u.dtype]} {ctx[u]}[{u.arg.size}];"),
-  (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
-])
+# Renderers: one render() (Renderer.lines); a dialect (CPU, CUDA, METAL at the end) is a record of strings. Each value
+# is rendered by a rule from its UOp; a value used once is inlined into its user, others get a named variable.
 
 class Names(dict):
   """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
@@ -1850,6 +1737,125 @@ class Renderer:
 
 _prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
 _statements = {Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.SPECIAL}
+
+def _fmt_const(ctx:Names, v, d:DType) -> str:
+  if d == dtypes.bool: return "1" if v else "0"
+  if dtypes.is_float(d):
+    if math.isnan(v): text = "NAN"
+    elif math.isinf(v): text = "INFINITY" if v > 0 else "(-INFINITY)"
+    else: text = f"{float(v)!r}f"
+    return text if d == dtypes.float else f"({ctx.types[d]}){text}"
+  if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
+  return f"{v}{ctx.suffixes.get(d, '')}"
+
+def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
+def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k: only where no bit reaches the sign
+  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b) and \
+    a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
+
+code_for_op: dict[Ops, Callable] = {
+  Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
+  Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
+  Ops.ADD: lambda a, b: f"({a}+{b})", Ops.MUL: lambda a, b: f"({a}*{b})", Ops.IDIV: lambda a, b: f"({a}/{b})",
+  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})",
+  Ops.CMPLT: lambda a, b: f"({a}<{b})",
+  Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
+  Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
+  Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
+
+# C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
+# (a comparison, a select and a bitwise op of in-range values stay in range)
+def _narrow(ctx:Names, u:UOp, code:str) -> str:
+  keeps = u.op in GroupOp.Compare | {Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.WHERE}
+  return f"(({ctx.types[u.dtype]}){code})" if u.dtype.itemsize < 4 and not keeps else code
+
+# Where C leaves an op undefined, every dialect renders the result python_alu and _convert define. The guard repeats
+# the operands, so they are never inlined into it.
+def _guarded(u:UOp) -> bool:
+  if u.op in (Ops.IDIV, Ops.MOD): return not (u.src[1].vmin > 0 or u.src[1].vmax < -1)  # b == 0, INT_MIN / -1
+  if u.op in (Ops.SHL, Ops.SHR): return not 0 <= u.src[1].vmin <= u.src[1].vmax < 8 * u.dtype.itemsize
+  return u.op is Ops.CAST and dtypes.is_float(u.src[0].dtype) and dtypes.is_int(u.dtype)  # nan, inf, out of range
+
+def _wrapping(ctx:Names, u:UOp) -> str|None:
+  """Signed + - * whose bounds don't prove it in range: C calls overflow undefined (and gcc folds `x+1 > x` to true),
+  so it runs on the unsigned bits, which wrap, as on every GPU and in the emulator. Index math, proven in range,
+  stays plain: the compiler may then widen it."""
+  bounds = alu_bounds[u.op](*[s.bounds for s in u.src])
+  lo, hi = dtypes.limits(u.dtype)
+  if lo <= bounds[0] and bounds[1] <= hi: return None
+  unsigned = f"(unsigned {ctx.types[u.dtype]})"
+  return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*[unsigned + ctx[s] for s in u.src])})"
+
+def _divide(ctx:Names, u:UOp) -> str|None:
+  if not _guarded(u): return None
+  a, b, signed = ctx[u.src[0]], ctx[u.src[1]], not dtypes.is_unsigned(u.dtype)
+  if u.op is Ops.MOD: return _narrow(ctx, u, f"(({b}==0{f'||{b}==-1' if signed else ''})?0:{a}%{b})")
+  return _narrow(ctx, u, f"({b}==0?0:{f'{b}==-1?-{a}:' if signed else ''}{a}/{b})")
+
+def _shift(ctx:Names, u:UOp) -> str:
+  """A signed << shifts the unsigned bits (C leaves a negative one undefined); an amount outside [0, width) shifts
+  every bit out: << gives 0, >> gives 0 or -1 by the sign."""
+  a, b, bits = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize
+  signed = dtypes.is_int(u.dtype) and not dtypes.is_unsigned(u.dtype)
+  wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]  # a narrower int shifts as an int
+  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", f"({a}<0?-1:0)" if signed else "0"
+  elif signed: shifted, out = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))", "0"
+  else: shifted, out = f"({a}<<{b})", "0"
+  return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
+
+def _cast(ctx:Names, u:UOp) -> str:
+  x = f"(float){ctx[u.src[0]]}" if u.src[0].dtype == dtypes.half else ctx[u.src[0]]
+  if not _guarded(u): return f"({ctx.types[u.dtype]})({x})"
+  lo, hi = dtypes.limits(u.dtype)  # float -> int saturates at the type's limits, and nan is 0
+  def edge(v:int) -> str: return _fmt_const(ctx, float(v), dtypes.float)  # powers of two: exact in float
+  return (f"({x}!={x}?0:{x}<={edge(lo)}?{_fmt_const(ctx, lo, u.dtype)}:{x}>={edge(hi + 1)}?"
+          f"{_fmt_const(ctx, hi, u.dtype)}:({ctx.types[u.dtype]})({x}))")
+
+def _pointer(ctx:Names, u:UOp, dtype:DType) -> str:  # what a LOAD or STORE accesses: one value, or a vector of them
+  at = f"{ctx[u.buf]}+{ctx[u.addr]}"
+  return f"*(({ctx.buffer_prefix}{ctx.types[dtype]}*)({at}))" if dtype.count > 1 else f"*({at})"
+
+def _load(ctx:Names, u:UOp) -> str:
+  if u.gate is None: return _pointer(ctx, u, u.dtype)
+  zero = _vector(ctx, u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(ctx, 0, u.dtype)
+  return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
+
+def _store(ctx:Names, u:UOp) -> str:
+  store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
+  return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
+
+def _vector(ctx:Names, dtype:DType, items:list[str]) -> str:
+  return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
+
+string_rules = PatternMatcher([
+  (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
+  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
+    lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
+  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))),
+    lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
+  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
+    lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
+  (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
+  (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
+  (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
+    lambda ctx, u, a, b: _narrow(ctx, u, f"(({ctx[a]}<{ctx[b]}||{ctx[b]}!={ctx[b]})?{ctx[b]}:{ctx[a]})")),
+  (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
+  (UPat(Ops.CAST, name="u"), _cast),
+  (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
+  (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
+  (UPat(Ops.LOAD, name="u"), _load),
+  (UPat(Ops.STORE, name="u"), _store),
+  (UPat(Ops.SPECIAL, name="u"),
+    lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
+  (UPat(Ops.RANGE, name="u"),
+    lambda ctx, u: f"for ({ctx.types[u.dtype]} {ctx[u]} = 0; {ctx[u]} < {u.size}; {ctx[u]}++) {{"),
+  (UPat(Ops.END), lambda ctx: "}"),
+  (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: f"{ctx.types[u.dtype]} {ctx[u]} = {ctx[u.src[0]]};"),
+  (UPat(Ops.ASSIGN, name="u"), lambda ctx, u: f"{ctx[u.src[0]]} = {ctx[u.src[1]]};"),
+  (UPat(Ops.DEFINE_LOCAL, name="u"), lambda ctx, u: f"{ctx.local_prefix}{ctx.types[u.dtype]} {ctx[u]}[{u.arg.size}];"),
+  (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
+])
 
 c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
@@ -2243,7 +2249,7 @@ class RawKernel:
   it once per thread, with the thread's index 0..n-1 as one more int argument."""
   def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
     self.device = (device or Device.DEFAULT).upper()
-    self.prog = Program(name, src, [], _dims(global_size), _dims(local_size))
+    self.prog = Program(name, src, [], _xyz(global_size), _xyz(local_size))
     if self.device == "PYTHON":
       raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
     self.fn = Device[self.device].program(self.prog)
