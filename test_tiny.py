@@ -1888,6 +1888,19 @@ def test_division_by_zero_and_int_min_by_minus_one_have_one_result(device, dtype
   assert imod(ta, tb).tolist() == [0 if y == 0 else tiny.truncate(dtype, x - y * trunc(x, y)) for x, y in zip(a, b)]
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.uint32])
+def test_floor_division_and_remainder_are_pythons_and_zero_by_zero(device, dtype):
+  lo, hi = dtypes.limits(dtype)
+  a = ref_ew(lambda v: tiny.truncate(dtype, v), rand_ints((5, 7), 130, -60 if lo < 0 else 0, 60 if lo < 0 else 250))
+  b = rand_ints((5, 7), 131, -4 if lo < 0 else 0, 4)  # zeros and, for signed ints, negatives among them
+  a[0][0], b[0][0] = lo, -1 if lo < 0 else 1
+  ta, tb = Tensor(a, dtype=dtype, device=device), Tensor(b, dtype=dtype, device=device)
+  want = lambda f: ref_ew(lambda x, y: 0 if y == 0 else tiny.truncate(dtype, f(x, y)), a, b)  # noqa: E731
+  assert (ta // tb).tolist() == want(operator.floordiv) and (ta % tb).tolist() == want(operator.mod)
+  assert (ta // 3).tolist() == ref_ew(lambda x: tiny.truncate(dtype, x // 3), a)
+  with pytest.raises(TypeError, match="int tensors"): Tensor([1.5]) // 2
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 @pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint32, dtypes.int8, dtypes.uint8, dtypes.int64])
 def test_float_to_int_saturates_and_nan_is_zero(device, dtype):
   lo, hi = dtypes.limits(dtype)

@@ -831,6 +831,14 @@ class Tensor:
     if a.dtype == dtypes.bool: raise TypeError("can't subtract bool tensors, as numpy and torch can't: use ^ or & ~")
     return a + (-b)
   def div(self, x) -> Tensor: a, b = self._broadcast(x); return a._float() * b._float().reciprocal()
+  def divmod(self, x) -> tuple[Tensor, Tensor]:
+    """Int floor division and its remainder, as Python's and numpy's: the remainder takes the divisor's sign, and
+    both are 0 where the divisor is (C's truncating / and % underneath, with python_alu's results at the edges)."""
+    a, b = self._broadcast(x)
+    if not dtypes.is_int(a.dtype): raise TypeError(f"// and % need int tensors, got {a.dtype.name}: use / for floats")
+    q, r = a._like(a.uop.alu(Ops.IDIV, b.uop)), a._like(a.uop.alu(Ops.MOD, b.uop))
+    up = (r != 0) & ((r < 0) != (b < 0))  # truncating rounded a negative quotient up: floor is one lower
+    return up.where(q - 1, q), up.where(r + b, r)
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
@@ -843,6 +851,10 @@ class Tensor:
   def __rmul__(self, x): return self._const(x).mul(self)
   def __truediv__(self, x): return self.div(x)
   def __rtruediv__(self, x): return self._const(x).div(self)
+  def __floordiv__(self, x): return self.divmod(x)[0]
+  def __rfloordiv__(self, x): return self._const(x).divmod(self)[0]
+  def __mod__(self, x): return self.divmod(x)[1]
+  def __rmod__(self, x): return self._const(x).divmod(self)[1]
   def __neg__(self): return self.neg()
   def __matmul__(self, x): return self.matmul(x)
   def __rmatmul__(self, x): return self._const(x).matmul(self)
