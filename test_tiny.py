@@ -958,6 +958,8 @@ RANDOM_OPS = {  # name: when it applies, how it draws its arguments, what tiny r
      for name, fn in [("<", operator.lt), (">", operator.gt), ("==", operator.eq)]},
   **{name: RandomOp(on(INTS + BOOL), same_dtype, fn, ew(fn))
      for name, fn in [("&", operator.and_), ("|", operator.or_), ("^", operator.xor)]},
+  **{name: RandomOp(on(INTS), same_dtype, fn, ew(lambda a, b, fn=fn: fn(a, b) if b else 0))  # by 0: 0, as numpy's
+     for name, fn in [("//", operator.floordiv), ("%", operator.mod)]},
   "not": RandomOp(on(BOOL), nothing, Tensor.logical_not, ew(operator.not_)),
   "cond.where(x, y)": RandomOp(on(NUMBERS), masked, lambda t, c, y: c.where(t, y),
                                lambda x, d, c, y: ref_where(c, x, y, d)),
