@@ -6,7 +6,7 @@ import os, sys, math, importlib, concurrent.futures, struct, ctypes, _ctypes, ha
 import functools, itertools, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
-from enum import Enum, auto
+from enum import Enum, IntEnum, auto
 from typing import Any, Callable, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
@@ -101,7 +101,7 @@ def truncate(d:DType, x):
 # ---------------------------------------------------------------------------------------------------------------------
 # UOp: one immutable, hash-consed node type for every level of the compiler, from tensors to rendered lines.
 
-class Ops(Enum):
+class Ops(IntEnum):
   # tensor level
   BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
   # kernel level
