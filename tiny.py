@@ -1480,9 +1480,10 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 def expand(sink:UOp) -> UOp:
   """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
   Unrolled lanes of a reduce each get an accumulator, combined after the loop: n independent chains of adds, not
-  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop."""
+  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. The lanes
+  are simplified once, together: what they share is simplified once."""
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
-    return [simplify(substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)}))
+    return [substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)})
             for vals in itertools.product(*[range(r.size) for r in rs])]
   tile = bool(ranges(sink, AxisType.UPCAST))
   def unroll(u:UOp) -> UOp|None:
@@ -1493,7 +1494,7 @@ def expand(sink:UOp) -> UOp:
     if not rest: return combine(vals)
     return u.replace(src=(combine(vals),) + rest) if tile else combine([u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
-  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST))))
+  return simplify(sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST)))))
 
 def to_gpu(sink:UOp) -> UOp:
   """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids."""
@@ -1546,15 +1547,14 @@ def to_cpu(sink:UOp) -> UOp:
 def vectorize(sink:UOp) -> UOp:
   """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
   16-byte access: each thread issues one load instruction instead of four."""
-  def split(u:UOp) -> tuple:  # (buffer, 4-aligned base, gate), and the lane
-    lane = sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % 4
-    return (u.buf, simplify(u.addr + -lane), u.gate), lane
-  def groups(us:list[UOp]) -> dict:
+  def groups(us:list[UOp]) -> dict:  # (buffer, 4-aligned base, gate) -> {lane: access}, for the whole float4s
+    us = [u for u in us if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and
+          (u.op is Ops.STORE or u.dtype == dtypes.float)]
+    lanes = [sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % 4 for u in us]
+    bases = simplify(UOp(Ops.SINK, None, tuple(u.addr + -lane for u, lane in zip(us, lanes)))).src  # all at once
     found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
-    for u in us:
-      if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and (u.op is Ops.STORE or u.dtype == dtypes.float):
-        key, lane = split(u)
-        if key[1].const_factor() % 4 == 0: found[key][lane] = u
+    for u, lane, base in zip(us, lanes, bases):
+      if base.const_factor() % 4 == 0: found[(u.buf, base, u.gate)][lane] = u
     return {k: v for k, v in found.items() if len(v) == 4}
   stores = list(sink.src)
   for (buf, base, g), lanes in groups(stores).items():
