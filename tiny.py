@@ -354,7 +354,7 @@ class UPat(MathMixin):
 
 class PatternMatcher:
   def __init__(self, rules:list[tuple[UPat, Callable]]):
-    self.rules, self.pdict = rules, defaultdict(list)
+    self.pdict: dict[Ops, list] = defaultdict(list)
     for pat, fn in rules:
       for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
   def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
