@@ -188,14 +188,23 @@ class MathMixin:
 def _key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # keeps -0.0, 0.0 and nan apart
 
 class UOpMeta(type):
-  cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-  lock = threading.Lock()  # two threads building the same new node must get one object
+  """Hash-consing: a plain dict from (op, dtype, src, arg) to a weak reference to the one node built for it. A node
+  lives as long as something holds it; when it dies, its reference's callback drops the entry (and what the key holds,
+  such as a BUFFER's memory)."""
+  nodes: dict[tuple, weakref.ref] = {}
+  lock = threading.RLock()  # two threads building the same new node must get one object; reentrant: see forget
   def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
     key = (op, dtype, src, _key(arg))
-    if (u := UOpMeta.cache.get(key)) is None:
+    if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
       with UOpMeta.lock:
-        if (u := UOpMeta.cache.get(key)) is None: UOpMeta.cache[key] = u = super().__call__(op, dtype, src, arg)
+        if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
+          u = super().__call__(op, dtype, src, arg)
+          UOpMeta.nodes[key] = weakref.ref(u, lambda ref, key=key: UOpMeta.forget(key, ref))
     return u
+  @staticmethod
+  def forget(key:tuple, ref:weakref.ref):  # (may run in a garbage collection inside the locked step above)
+    with UOpMeta.lock:
+      if UOpMeta.nodes.get(key) is ref: del UOpMeta.nodes[key]
 
 class UOp(MathMixin, metaclass=UOpMeta):
   """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality."""
@@ -804,8 +813,9 @@ class Tensor:
     return Tensor(v, dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype, self.device)
   def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
     """Operands expanded to one shape and, with promote, cast to the dtype they meet in."""
-    ts = [self] + [self._const(o) for o in others]
-    if len({t.device for t in ts}) > 1:
+    ts = [self, *map(self._const, others)]
+    if all(t.shape == self.shape and t.dtype == self.dtype and t.device == self.device for t in ts): return ts
+    if any(t.device != self.device for t in ts):
       raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
     if promote:
@@ -815,7 +825,10 @@ class Tensor:
   def _expand_to(self, shape) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
       else self
-  def _like(self, uop:UOp) -> Tensor: return Tensor(uop, device=self.device)  # a new tensor on this one's device
+  def _like(self, uop:UOp) -> Tensor:  # a new tensor on this one's device (which __init__ has checked once)
+    t = Tensor.__new__(Tensor)
+    t.uop, t.device = uop, self.device
+    return t
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
@@ -887,7 +900,7 @@ class Tensor:
     if not isinstance(x, Tensor): x = y._const(x) if isinstance(y, Tensor) else Tensor(x, device=self.device)
     cond, x, y = self.cast(dtypes.bool)._broadcast(*x._broadcast(y), promote=False)  # the condition stays bool
     return cond._like(cond.uop.alu(Ops.WHERE, x.uop, y.uop))
-  def cast(self, dtype) -> Tensor: return self._like(self.uop.cast(dtypes.of(dtype)))
+  def cast(self, dtype) -> Tensor: return self if self.dtype == dtype else self._like(self.uop.cast(dtypes.of(dtype)))
   def float(self) -> Tensor: return self.cast(dtypes.float)
   def half(self) -> Tensor: return self.cast(dtypes.half)
   def int(self) -> Tensor: return self.cast(dtypes.int)
