@@ -2221,6 +2221,133 @@ def test_a_bad_setting_names_the_variable_the_value_and_what_is_accepted(tmp_pat
   assert r.stdout == f"imported\nValueError: {var}={value!r}: expected a whole number, {accepted}\n", r.stdout
 
 # ------------------------------------------------------------------------------------------------------------------
+# Python off the path: a graph of a structure seen before reuses its plan (no scheduling, no lowering), and TinyJit
+# replays captured kernels on new inputs
+
+def plans_made() -> int: return tiny.plan.cache_info().misses
+
+def test_same_structure_reuses_its_plan_with_new_data():
+  got, want = [], []
+  for seed in range(4):
+    x, y, z = rand_list((7, 33), seed), rand_list((7, 33), seed + 10), rand_list((33,), seed + 20)
+    a, b, c = Tensor(x), Tensor(y), Tensor(z)
+    if seed == 1: before, lowered = plans_made(), len(tiny.program_cache)
+    got.append(((a * b + c).sum(1) * 2).tolist())
+    want.append(ref_reduce(lambda v: 2 * math.fsum(v), ref_ew(lambda p, q, r: p * q + r, x, y, z), 1))
+  assert plans_made() == before and len(tiny.program_cache) == lowered
+  for g, w in zip(got, want): assert_close(g, w, rtol=1e-4)
+
+def test_a_plan_keeps_shared_buffers_apart_from_distinct_ones():
+  x, y = rand_list((5, 3), 1), rand_list((5, 3), 2)
+  a, b = Tensor(x), Tensor(y)
+  assert_close((a * b + a).tolist(), ref_ew(lambda p, q: p * q + p, x, y))
+  assert_close((a * a + a).tolist(), ref_ew(lambda p, q: p * p + p, x, y))  # one buffer in both places
+  assert_close((b * a + b).tolist(), ref_ew(lambda p, q: q * p + q, x, y))
+
+def test_constants_are_part_of_a_plan():  # a new value is a new kernel, compiled once: never the old value
+  x = rand_list((9,), 3)
+  a = Tensor(x)
+  for k in (2.0, 3.0, 2.0, -0.0):
+    assert_close((a * k + 1).tolist(), ref_ew(lambda p: p * k + 1, x))
+
+def test_a_freed_result_is_computed_again():
+  x, y = rand_list((6, 5), 4), rand_list((6, 5), 5)
+  a, b = Tensor(x), Tensor(y)
+  m = a * b
+  out = (m + 1).exp()
+  m.realize()  # out's graph now reads m's buffer
+  assert_close(out.tolist(), ref_ew(lambda p, q: math.exp(p * q + 1), x, y), rtol=1e-5)
+  del m
+  gc.collect()  # m's buffer is gone: a graph of the same structure computes it again
+  assert_close(((a * b + 1).exp()).tolist(), ref_ew(lambda p, q: math.exp(p * q + 1), x, y), rtol=1e-5)
+
+def test_a_plan_with_a_split_reduction_binds_new_data():
+  for seed in range(2):
+    x = rand_list((40_000,), seed)
+    assert_close(Tensor(x).sum().item(), math.fsum(x), rtol=1e-4, atol=1e-3)
+
+@pytest.fixture
+def no_scheduling(monkeypatch):
+  """Within `with no_scheduling():` anything that schedules raises."""
+  def fail(*_): raise AssertionError("scheduled during a replay")
+  return lambda: _patched(monkeypatch, fail)
+
+class _patched:
+  def __init__(self, monkeypatch, fail): self.mp, self.fail = monkeypatch, fail
+  def __enter__(self): self.mp.setattr(tiny, "schedule", self.fail); self.mp.setattr(tiny, "lower", self.fail)
+  def __exit__(self, *_): self.mp.undo()
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_jit_replays_on_new_data_every_call(device, no_scheduling):
+  jit = tiny.TinyJit(lambda a, b: (a * b + a).relu())
+  outs, wants = [], []
+  for seed in range(5):
+    x, y = rand_list((3, 7), seed), rand_list((3, 7), seed + 50)
+    a, b = Tensor(x, device=device), Tensor(y, device=device)
+    if seed < 2: outs.append(jit(a, b))
+    else:
+      with no_scheduling(): outs.append(jit(a, b))
+    wants.append(ref_ew(lambda p, q: max(p * q + p, 0.0), x, y))
+  for got, want in zip(outs, wants): assert_close(got.tolist(), want)  # every output kept its own values
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_jit_several_kernels_and_outputs(device, no_scheduling):
+  @tiny.TinyJit
+  def step(x, y):
+    return x.softmax(-1), (x * y).sum(0), 7
+  for seed in range(4):
+    x, y = rand_list((5, 9), seed), rand_list((5, 9), seed + 1)
+    a, b = Tensor(x, device=device), Tensor(y, device=device)
+    if seed < 2: s, t, k = step(a, b)
+    else:
+      with no_scheduling(): s, t, k = step(a, b)
+    assert k == 7
+    assert_close(s.tolist(), ref_softmax(x, 1), rtol=1e-5)
+    assert_close(t.tolist(), ref_reduce(math.fsum, ref_ew(operator.mul, x, y), 0), rtol=1e-5)
+
+def test_jit_recaptures_for_a_new_shape_or_dtype():
+  jit = tiny.TinyJit(lambda a: a * 2 + 1)
+  for shape, dtype in [((7,), dtypes.float), ((9, 2), dtypes.float), ((7,), dtypes.int32), ((7,), dtypes.float)] * 3:
+    x = rand_ints(shape, 7) if dtype == dtypes.int32 else rand_list(shape, 7)
+    out = jit(Tensor(x, dtype=dtype))
+    assert out.shape == shape and out.dtype == dtype
+    assert_close(out.tolist(), ref_ew(lambda p: p * 2 + 1, x))
+  assert len(jit.replays) == 3
+
+def test_jit_other_arguments_are_part_of_the_signature():
+  jit = tiny.TinyJit(lambda a, scale=1.0: a * scale)
+  x = rand_list((6,), 8)
+  for scale in (2.0, 3.0, 2.0, 3.0, 2.0, 3.0):
+    assert_close(jit(Tensor(x), scale=scale).tolist(), ref_ew(lambda p: p * scale, x))
+
+def test_jit_reads_weights_it_holds_and_inputs_that_share_a_buffer():
+  w = Tensor(rand_list((4, 3), 9))
+  jit = tiny.TinyJit(lambda x, y: x @ w + y)
+  for seed in range(4):
+    x = rand_list((2, 4), seed)
+    a = Tensor(x)
+    same = Tensor(x[0][:3] + x[1][:3]).reshape(2, 3) if seed % 2 else Tensor(rand_list((2, 3), seed))
+    want = ref_ew(operator.add, ref_matmul(x, w.tolist()), same.tolist())
+    assert_close(jit(a, same).tolist(), want, rtol=1e-5)
+  x = rand_list((2, 3), 11)
+  a = Tensor(x).reshape(2, 3)
+  b = tiny.TinyJit(lambda p, q: p * q + p)
+  for _ in range(3): assert_close(b(a, a).tolist(), ref_ew(lambda p: p * p + p, x))  # one buffer, both arguments
+
+def test_jit_realizes_lazy_inputs_first():
+  jit = tiny.TinyJit(lambda a: a + 1)
+  x = rand_list((5,), 12)
+  for _ in range(3): assert_close(jit(Tensor(x) * 2).tolist(), ref_ew(lambda p: 2 * p + 1, x))
+
+def test_jit_refuses_to_read_an_earlier_output_it_was_not_given():
+  state = [Tensor([1.0, 2.0, 3.0])]
+  @tiny.TinyJit
+  def step(x): return x + state[0]
+  state[0] = step(Tensor([1.0, 1.0, 1.0]))  # the second call reads what the first returned, as a hidden input
+  with pytest.raises(RuntimeError, match="earlier call returned"):
+    step(Tensor([1.0, 1.0, 1.0]))
+
+# ------------------------------------------------------------------------------------------------------------------
 # rendered source, pinned: a change to what a kernel looks like in any dialect shows here first
 
 PINNED = {

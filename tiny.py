@@ -542,9 +542,12 @@ class View:
   strides: tuple[int, ...]
   offset: int = 0
   mask: tuple[tuple[int, int], ...]|None = None
+  def __hash__(self): return self._hash  # a view is hashed each time a node holding it is built: once is enough
+  @functools.cached_property
+  def _hash(self) -> int: return hash((self.shape, self.strides, self.offset, self.mask))
   @staticmethod
   def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
-  @property
+  @functools.cached_property
   def is_contiguous(self) -> bool:
     return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
 
@@ -593,11 +596,14 @@ class View:
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
+  def __hash__(self): return self._hash
+  @functools.cached_property
+  def _hash(self) -> int: return hash(self.views)
   @staticmethod
   def contiguous(shape) -> ShapeTracker: return ShapeTracker((View.contiguous(shape),))
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
-  @property
+  @functools.cached_property
   def is_contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].is_contiguous
   def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
     """Address and validity of an element: evaluate the outer view, then unravel its address into each inner view."""
@@ -1136,32 +1142,71 @@ class Tensor:
 @dataclass
 class ScheduleItem:
   ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
-  bufs: list[Buffer]           # outputs first, then inputs, in PARAM order
+  bufs: list                   # outputs first, then inputs, in PARAM order: Buffers (or, in a plan, Slot BUFFERs)
   outs: dict[UOp, UOp]         # computed node -> the buffer view that holds it once this kernel has run
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
-  """The kernels that realize these tensors (all on one device), in the order they must run."""
-  device = tensors[0].device
-  sink = UOp(Ops.SINK, None, tuple(t.uop for t in tensors))
-  known = {u: realized_view(u) for u in sink.toposort}  # results realized before: read, not computed again
-  sink = substitute(sink, {u: v for u, v in known.items() if v is not None})
+  """The kernels that realize these tensors (all on one device), in the order they must run: planned once for each
+  structure of graph (its ops, shapes, dtypes, constants, and which of its buffers are the same), then bound to this
+  graph's buffers. A constant is part of the structure: a new value is a new kernel, compiled once."""
+  sink, buffers, nodes = structure([t.uop for t in tensors], tensors[0].device)
+  return bind(plan(sink), buffers, nodes, sink.arg)
+
+class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer it stands for is bound
+  index: int
+  size: int
+
+def structure(roots:list[UOp], device:str) -> tuple[UOp, list[Buffer], dict[UOp, UOp]]:
+  """The graph as a plan sees it, in one walk: each buffer it reads is a Slot, numbered in the order the walk meets
+  them, and a result realized before is read from its buffer (the walk stops there). Graphs of one structure make the
+  same sink (nodes are hash-consed), whatever buffers they hold. Also returned: the buffers by slot, and each planned
+  node's own node."""
+  slots: dict[Buffer, int] = {}
+  def slot(b:UOp) -> UOp: return UOp(Ops.BUFFER, b.dtype, (), Slot(slots.setdefault(b.arg, len(slots)), b.arg.size))
+  memo: dict[UOp, UOp] = {}  # node -> planned node
+  stack = [sink := UOp(Ops.SINK, None, tuple(roots), device)]
+  while stack:
+    u = stack.pop()
+    if u in memo: continue
+    if u.op is Ops.BUFFER: memo[u] = slot(u)
+    elif (view := realized_view(u)) is not None: memo[u] = UOp(Ops.VIEW, u.dtype, (slot(view.src[0]),), view.arg)
+    elif todo := [s for s in u.src if s not in memo]: stack += [u, *todo]
+    else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
+  return memo[sink], list(slots), {p: u for u, p in memo.items()}
+
+@functools.lru_cache(maxsize=4096)
+def plan(sink:UOp) -> list[ScheduleItem]:
+  """The kernels for every graph of this structure, over slots: the graph's own buffers first, then one for each
+  node stored to memory."""
+  split = sink
   if any(u.op is Ops.REDUCE_AXIS for u in sink.toposort):  # (a walk over the whole graph: only where it can split)
-    sink = rebuild(sink, lambda u, new: split_reduce(new, device) if u.op is Ops.REDUCE_AXIS else new)
-  realize, has_reduce = kernel_outputs(sink)
-  reads = kernel_inputs(sink, realize)
-  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Buffer(device, prod(r.shape), r.dtype)),),
-                  ShapeTracker.contiguous(r.shape)) for r in reads}
+    split = rebuild(sink, lambda u, new: split_reduce(new, sink.arg) if u.op is Ops.REDUCE_AXIS else new)
+  realize, has_reduce = kernel_outputs(split)
+  reads = kernel_inputs(split, realize)
+  first = sum(1 for u in sink.toposort if u.op is Ops.BUFFER)  # the graph's own: every one it has is read
+  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
+                  ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
   items = [_kernel(g, views) for g in group_outputs(reads, has_reduce)]
-  for t, u in zip(tensors, sink.src):  # the tensor's own node, from before realized parts were substituted in
-    for item in items:
-      if u in item.outs: item.outs[t.uop] = item.outs[u]
+  for item in items:  # a root that split_reduce rebuilt is held for the root it stands for
+    item.outs |= {root: item.outs[new] for root, new in zip(sink.src, split.src) if new in item.outs}
   return items
 
-# computed node -> the buffer view holding it, both weakly: a result lives as long as a tensor (or graph) holds it
-realized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-def realized_view(u:UOp) -> UOp|None:
-  ref = realized.get(u)
-  return None if ref is None else ref()
+def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:dict[UOp, UOp], device:str) -> list[ScheduleItem]:
+  """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
+  made: dict[int, Buffer] = {}
+  def buffer(b:UOp) -> Buffer:
+    if b.arg.index < len(buffers): return buffers[b.arg.index]
+    if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
+    return made[b.arg.index]
+  def view(v:UOp) -> UOp: return UOp(Ops.VIEW, v.dtype, (UOp(Ops.BUFFER, v.dtype, (), buffer(v.src[0])),), v.arg)
+  return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
+                       {nodes[p]: view(v) for p, v in item.outs.items() if p in nodes}) for item in items]
+
+# A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
+# as a tensor (or graph) holds that view, and the note as long as the node.
+def realized_view(u:UOp) -> UOp|None: return None if (ref := u.__dict__.get("realized")) is None else ref()
+def remember(outs:dict[UOp, UOp]):
+  for u, view in outs.items(): u.__dict__["realized"] = weakref.ref(view)
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
@@ -1226,7 +1271,7 @@ def group_outputs(reads:dict[UOp, list[UOp]], has_reduce:dict[UOp, bool]) -> lis
 def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
-  params = [ctx.param(views[o].src[0].arg) for o in outs]  # outputs first
+  params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
   return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs})
 
@@ -1234,14 +1279,14 @@ def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
 class KernelContext:
   outs: list[UOp]
   views: dict[UOp, UOp]
-  bufs: list[Buffer]
+  bufs: list[UOp]
   memo: dict[UOp, UOp]
-  def param(self, buf:Buffer) -> UOp:
+  def param(self, buf:UOp) -> UOp:
     if buf not in self.bufs: self.bufs.append(buf)
-    return UOp(Ops.PARAM, buf.dtype, (), Param(self.bufs.index(buf), buf.size))
-  def input(self, u:UOp) -> Buffer|None:  # the buffer u is, if this kernel reads it from memory
-    if u.op is Ops.BUFFER: return u.arg
-    if u in self.views and u not in self.outs: return self.views[u].src[0].arg  # another kernel's output
+    return UOp(Ops.PARAM, buf.dtype, (), Param(self.bufs.index(buf), buf.arg.size))
+  def input(self, u:UOp) -> UOp|None:  # the BUFFER u is, if this kernel reads it from memory
+    if u.op is Ops.BUFFER: return u
+    if u in self.views and u not in self.outs: return self.views[u].src[0]  # another kernel's output
     return None
 
 def to_ast(root:UOp, ctx:KernelContext) -> UOp:
@@ -2253,20 +2298,108 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   total, debug = 0.0, getenv("DEBUG")
   for i, item in enumerate(items):
     if all(b.size == 0 for b in item.bufs[:len(item.ast.src)]):  # nothing to compute, and a GPU can't launch 0 blocks
-      realized.update({u: weakref.ref(v) for u, v in item.outs.items()})
+      remember(item.outs)
       continue
     device = item.bufs[0].device
     prog = to_program(item.ast, device)
     if debug >= 4: print(prog.src)
-    tm = Device[device].program(prog)(*[b.buf for b in item.bufs], global_size=prog.global_size,
-                                      local_size=prog.local_size, wait=wait or debug >= 2)
+    fn = Device[device].program(prog)
+    if (launches := getattr(capturing, "launches", None)) is not None:
+      launches.append(Launch(fn, prog, item.bufs, len(item.ast.src)))
+    tm = fn(*[b.buf for b in item.bufs], global_size=prog.global_size, local_size=prog.local_size,
+            wait=wait or debug >= 2)
     if debug >= 2:
       flops, mem = prog.info
       print(f"*** {device:6s} {i:4d} {prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
             f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
-    realized.update({u: weakref.ref(v) for u, v in item.outs.items()})
+    remember(item.outs)
     total += tm or 0.0
   return total
+
+# ---------------------------------------------------------------------------------------------------------------------
+# TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
+
+class Launch(NamedTuple):  # one kernel as run_schedule launched it
+  fn: Callable
+  prog: Program
+  bufs: list[Buffer]
+  outputs: int  # the first bufs are what it writes
+
+capturing = threading.local()  # .launches: while a TinyJit captures on this thread, what run_schedule launches
+
+class TinyJit:
+  """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
+  dtype and device, which tensors share a buffer, every other argument's value), the first call runs the function as
+  usual, the second runs it and captures the kernels it launches, and later calls replay those kernels on the new
+  inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without being given them (weights)
+  are read where they were at capture. Each call's outputs are new buffers, so a result keeps its values after later
+  calls. Python control flow that depends on tensor values is captured as it went on the second call."""
+  def __init__(self, fn:Callable):
+    self.fn, self.calls, self.replays = fn, defaultdict(int), {}
+    self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
+    functools.update_wrapper(self, fn)
+  def __call__(self, *args, **kwargs):
+    values = (*args, *kwargs.values())
+    inputs = [x for x in values if isinstance(x, Tensor)]
+    bufs = [t.buffer() for t in inputs]  # each a whole buffer: what a replay binds
+    key = (tuple(Tensor if isinstance(x, Tensor) else x for x in values), tuple(kwargs),
+           tuple((t.shape, t.dtype, t.device) for t in inputs), tuple(bufs.index(b) for b in bufs))  # (shared buffers)
+    if (replay := self.replays.get(key)) is not None: return replay(bufs)
+    self.calls[key] += 1
+    if self.calls[key] == 1: return self.run(args, kwargs)
+    capturing.launches = launches = []
+    try: out = self.run(args, kwargs)
+    finally: del capturing.launches
+    self.replays[key] = Replay.of(launches, bufs, out, self.returned)
+    return out
+  def run(self, args, kwargs):
+    out = self.fn(*args, **kwargs)
+    outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, Tensor)]
+    Tensor.realize(*outs) if outs else None
+    self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
+    return out
+
+@dataclass
+class Replay:
+  """Captured launches over slots: the call's input buffers, then buffers each replay makes anew, then buffers held as
+  they were at capture (weights). What the function returned: a Tensor as (slot, its view), any other value as is."""
+  made: list[tuple[str, int, DType]]
+  held: list[Buffer]
+  launches: list[tuple[Callable, list[int], tuple, tuple]]
+  outputs: list
+  container: type|None  # tuple or list, when the function returned one
+  @staticmethod
+  def of(launches:list[Launch], inputs:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
+    given, made, held = list(dict.fromkeys(inputs)), [], []
+    for launch in launches:
+      for i, b in enumerate(launch.bufs):
+        if b in given or b in made or b in held: continue
+        if i >= launch.outputs and b in returned:
+          raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
+                             "a replay would read it as it was then. Pass it as an argument.")
+        (made if i < launch.outputs else held).append(b)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    held += [t.uop.src[0].arg for t in outs if isinstance(t, Tensor) and t.uop.src[0].arg not in given + made + held]
+    slots = {b: i for i, b in enumerate(given + made + held)}
+    return Replay([(b.device, b.size, b.dtype) for b in made], held,
+                  [(l.fn, [slots[b] for b in l.bufs], l.prog.global_size, l.prog.local_size) for l in launches],
+                  [Output(slots[t.uop.src[0].arg], t.uop) if isinstance(t, Tensor) else t for t in outs],
+                  type(out) if isinstance(out, (tuple, list)) else None)
+  def __call__(self, inputs:list[Buffer]):
+    bufs = list(dict.fromkeys(inputs)) + [Buffer(*m) for m in self.made] + self.held
+    mem = [b.buf for b in bufs]
+    for fn, slots, global_size, local_size in self.launches:
+      fn(*[mem[i] for i in slots], global_size=global_size, local_size=local_size)
+    def value(o):
+      if not isinstance(o, Output): return o
+      buf = UOp(Ops.BUFFER, o.view.dtype, (), bufs[o.slot])
+      return Tensor(UOp(Ops.VIEW, o.view.dtype, (buf,), o.view.arg), device=bufs[o.slot].device)
+    outs = [value(o) for o in self.outputs]
+    return outs[0] if self.container is None else self.container(outs)
+
+class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
+  slot: int
+  view: UOp
 
 class RawKernel:
   """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
