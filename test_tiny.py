@@ -1394,6 +1394,26 @@ def test_second_process_reuses_compiled_kernels(tmp_path):
   assert second.stdout == first.stdout == "[7.25, 14.25, 21.25]\n"
   assert snapshot() == files
 
+def test_second_process_neither_lowers_nor_compiles(tmp_path):
+  script = """
+    import os, sys, tiny
+    from tiny import Tensor
+    if os.environ["PHASE"] == "warm":  # from the disk cache: a lowered program, then its binary
+      tiny.lower = tiny.CPURuntime.compile = lambda *_: sys.exit("lowered or compiled again")
+    x = Tensor([[float(i - j) for j in range(37)] for i in range(5)])
+    print((x.softmax(-1) @ Tensor([[0.5] * 3] * 37)).tolist())
+  """
+  runs = [run_python(script, tmp_path, DEVICE="CPU", PHASE=phase) for phase in ("cold", "warm")]
+  assert runs[0].returncode == runs[1].returncode == 0 and runs[0].stdout == runs[1].stdout, runs[1].stdout
+  row = [0.5] * 3
+  assert_close(eval(runs[0].stdout), [row] * 5)
+
+def test_a_damaged_program_entry_is_lowered_again(tmp_path):
+  script = "from tiny import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 5 - 0.5).tolist())"
+  assert run_python(script, tmp_path, DEVICE="CPU").stdout == "[4.5, 9.5, 14.5]\n"
+  for entry in (tmp_path / "cache").rglob("*.json"): entry.write_bytes(entry.read_bytes()[:40] + b"garbage")
+  assert run_python(script, tmp_path, DEVICE="CPU").stdout == "[4.5, 9.5, 14.5]\n"
+
 # ------------------------------------------------------------------------------------------------------------------
 # GPU lowering (blocks, threads, float4 lanes, shared-memory reductions, gated tails), checked with no GPU: run by the
 # PYTHON emulator on the very UOps the CUDA and Metal renderers receive, with bounds-checked loads and stores. Each test
@@ -2022,7 +2042,7 @@ DAMAGE = {  # an entry is the sha256 of its key and binary, then the binary
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_a_damaged_cache_entry_is_reported_once_and_rebuilt(tmp_path, damage):
   assert run_python(CACHE_SCRIPT, tmp_path, DEVICE="CPU").stdout == "[7.25, 14.25, 21.25]\n"
-  entry, = (tmp_path / "cache").iterdir()
+  entry, = (tmp_path / "cache").glob("*.bin")  # the compiled kernel (beside it: the lowered program, as text)
   good = entry.read_bytes()
   entry.write_bytes(DAMAGE[damage](good))
   r = run_python(CACHE_SCRIPT, tmp_path, DEVICE="CPU", DEBUG="1")

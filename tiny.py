@@ -2,7 +2,7 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
+import os, sys, math, json, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
 import functools, itertools, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
@@ -1144,6 +1144,8 @@ class ScheduleItem:
   ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list                   # outputs first, then inputs, in PARAM order: Buffers (or, in a plan, Slot BUFFERs)
   outs: dict[UOp, UOp]         # computed node -> the buffer view that holds it once this kernel has run
+  @property
+  def empty(self) -> bool: return all(b.size == 0 for b in self.bufs[:len(self.ast.src)])  # its outputs hold nothing
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (all on one device), in the order they must run: planned once for each
@@ -1316,6 +1318,13 @@ class Program:
   global_size: tuple[int, ...]
   local_size: tuple[int, ...]
   info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
+  def dumps(self) -> bytes:  # for the disk cache: what runs source needs (the uops run only on the emulator)
+    return json.dumps({"name": self.name, "src": self.src, "global_size": self.global_size,
+                       "local_size": self.local_size, "info": self.info}).encode()
+  @staticmethod
+  def loads(text:bytes) -> Program:
+    d = json.loads(text)
+    return Program(d["name"], d["src"], [], *(tuple(d[k]) for k in ("global_size", "local_size", "info")))
 
 class Target(NamedTuple):
   """What lowering knows of a device: the dialect it renders, and the limits the device reports."""
@@ -2210,20 +2219,27 @@ class Compiled:
       if len(self.programs) > self.programs_max: self.programs.popitem(last=False)
     return fn
   def binary(self, prog:Program) -> bytes:
-    """The compiled kernel, from the disk cache when it holds it. An entry starts with the hash of its key and binary,
-    so one that is truncated, corrupt or stored under another key is rebuilt, never loaded."""
+    """The compiled kernel, from the disk cache when it holds it."""
     key = f"{self.runtime.compiler_id}\n{prog.src}".encode()
-    path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + ".bin")
-    if not getenv("NOCACHE") and os.path.exists(path):
-      with open(path, "rb") as f: entry = f.read()
-      if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
-      if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: compiling {prog.name} again")
+    if (binary := cache_read(key, ".bin", f"compiling {prog.name} again")) is not None: return binary
     if getenv("DEBUG") >= 3: print(f"compile {prog.name} for {self.name}")
-    binary = self.runtime.compile(prog.src)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + binary).digest() + binary)
-    os.replace(tmp, path)  # atomic: a second process sees all of the entry or none
-    return binary
+    return cache_write(key, ".bin", self.runtime.compile(prog.src))
+  def loaded(self, prog:Program) -> bool: return isinstance(self.runtime, Emulator) or (prog.name, prog.src) in self.programs
+
+# The disk cache: an entry starts with the hash of its key and contents, so one that is truncated, corrupt or stored
+# under another key is made again, never used.
+def cache_read(key:bytes, suffix:str, again:str) -> bytes|None:
+  path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix)
+  if getenv("NOCACHE") or not os.path.exists(path): return None
+  with open(path, "rb") as f: entry = f.read()
+  if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
+  if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: {again}")
+  return None
+def cache_write(key:bytes, suffix:str, data:bytes) -> bytes:
+  fd, tmp = tempfile.mkstemp(dir=cache_dir())
+  with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + data).digest() + data)
+  os.replace(tmp, os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix))  # atomic: all of it or none
+  return data
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
@@ -2285,19 +2301,36 @@ class Buffer:
 # ---------------------------------------------------------------------------------------------------------------------
 # Running a schedule, and seeing what it would run.
 
-program_cache: dict[tuple[UOp, str], Program] = {}
+program_cache: dict[tuple[UOp, str, int], Program] = {}
 
 def to_program(ast:UOp, device:str) -> Program:
-  key = (ast, device, getenv("NOOPT"))  # the cache keeps its ASTs, so an equal AST is the same object: found at once
-  if key not in program_cache:
-    program_cache[key] = lower(ast, Device.target(device))
-  return program_cache[key]
+  """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
+  UOps), else lowered now. The cache equals the AST, so an equal AST is the same object: found at once."""
+  key = (ast, device, getenv("NOOPT"))
+  if (prog := program_cache.get(key)) is None:
+    target = Device.target(device)
+    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} NOOPT={key[2]}\n{text(ast)}".encode()
+    if device == "PYTHON" or (entry := cache_read(stored, ".json", "lowering it again")) is None:
+      prog = lower(ast, target)
+      if device != "PYTHON": cache_write(stored, ".json", prog.dumps())
+    else: prog = Program.loads(entry)
+    program_cache[key] = prog
+  return prog
+
+def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line, its sources by their line numbers
+  line = {u: i for i, u in enumerate(sink.toposort)}
+  return "\n".join(f"{u.op.name} {u.dtype} {u.arg!r} {[line[s] for s in u.src]}" for u in line)
+
+@functools.cache
+def tiny_version() -> str:  # this tiny.py, by its hash: another version may lower a kernel otherwise
+  with open(__file__, "rb") as f: return hashlib.sha256(f.read()).hexdigest()
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
   total, debug = 0.0, getenv("DEBUG")
+  load(items)
   for i, item in enumerate(items):
-    if all(b.size == 0 for b in item.bufs[:len(item.ast.src)]):  # nothing to compute, and a GPU can't launch 0 blocks
+    if item.empty:  # nothing to compute, and a GPU can't launch 0 blocks
       remember(item.outs)
       continue
     device = item.bufs[0].device
@@ -2315,6 +2348,18 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
     remember(item.outs)
     total += tm or 0.0
   return total
+
+def load(items:list[ScheduleItem]):
+  """Lowers each kernel, and compiles each new one in the background while the next is lowered: a compile is a
+  subprocess, so they run side by side on the cores."""
+  pending = []
+  for item in (item for item in items if not item.empty):
+    dev, prog = Device[item.bufs[0].device], to_program(item.ast, item.bufs[0].device)
+    if not dev.loaded(prog): pending.append(compile_pool().submit(dev.program, prog))
+  for f in pending: f.result()
+
+@functools.cache
+def compile_pool() -> concurrent.futures.ThreadPoolExecutor: return concurrent.futures.ThreadPoolExecutor(threads())
 
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
