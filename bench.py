@@ -11,11 +11,12 @@ baseline's kernel time (RawKernel) and each peer's wall time, interleaved call b
 GB/s counts each input read once and each output written once; % is of the device's peak bandwidth, measured here by a
 large copy through a hand-written kernel."""
 from __future__ import annotations
-import os, sys, math, json, time, random, argparse, platform, datetime, functools, contextlib, subprocess
+import os, sys, math, json, time, random, shutil, argparse, platform, datetime, tempfile, functools, contextlib
+import subprocess
 import importlib.metadata
 from dataclasses import dataclass, field
 from typing import Callable
-from tiny import Tensor, Device, RawKernel, schedule, run_schedule, render, cdiv
+from tiny import Tensor, Device, RawKernel, TinyJit, schedule, run_schedule, render, cdiv
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The ops as tiny writes them (torch and tinygrad spell them the same), and pure-Python references: given the inputs'
@@ -227,6 +228,30 @@ def tiny_python(fn, ins):
     return time.perf_counter() - start - kernel, out
   return run
 
+def tiny_jit(fn, ins, dev):
+  jit = TinyJit(fn)
+  def run():  # a TinyJit call: once the first two calls have captured the kernel, a replay of it on the inputs
+    start = time.perf_counter()
+    out = jit(*ins)
+    Device[dev].runtime.synchronize()
+    return time.perf_counter() - start, out
+  return run
+
+def tiny_jit_python(fn, ins):
+  jit = TinyJit(fn)
+  def run():  # Python's share of one replay: its wall time less its kernels' (the same launches again, each timed)
+    start = time.perf_counter()
+    out = jit(*ins)
+    wall = time.perf_counter() - start
+    if not jit.replays: return wall, out  # the first two calls, before a replay exists: only ever a warm-up
+    replay, = jit.replays.values()
+    assert len(replay.made) == 1 and not replay.held, "one kernel writing one output, as a*b+c"
+    mem = [t.buffer().buf for t in ins] + [out.buffer().buf]  # the replay's slots: its inputs, then what it made
+    kernels = sum(fn(*[mem[i] for i in slots], global_size=g, local_size=l, wait=True)
+                  for fn, slots, g, l in replay.launches)
+    return wall - kernels, out
+  return run
+
 def hand(steps, out, wall=False):
   def run():
     start = time.perf_counter()
@@ -312,6 +337,7 @@ class Row:
   name: str
   scalar: bool = False    # tiny with NOOPT: its scalar kernel
   realize: bool = False   # a dispatch row: tiny's whole realize(), and Python's share of it
+  jit: bool = False       # a dispatch row: a TinyJit replay, and Python's share of it
   @property
   def size(self) -> str: return "x".join(map(str, self.shape)) if len(self.shape) > 1 else label(self.shape[0])
   @property
@@ -328,7 +354,8 @@ def make_rows(sizes:list[int], quick:bool) -> list[Row]:
   if not quick: rows.append(Row("softmax", (4096, 1024), "row softmax"))
   rows += [Row("matmul", (n, n), "matmul") for n in ((256,) if quick else (256, 512, 1024))]
   return rows + [Row("add", (10**6,), "realize() a+b", realize=True),
-                 Row("vma", (10**5,), "realize() a*b+c", realize=True)]
+                 Row("vma", (10**5,), "realize() a*b+c", realize=True), Row("vma", (16,), "realize() a*b+c", realize=True),
+                 Row("vma", (16,), "TinyJit a*b+c", jit=True)]
 
 def bench(row:Row, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
   ins = [Tensor.rand(*row.shape, device=dev).realize() for _ in range(ARITY[row.op])]
@@ -337,20 +364,45 @@ def bench(row:Row, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
   fn, out = OPS.get(row.op), Tensor.empty(*row.out_shape, device=dev).realize()
   arrays = [t.numpy() for t in ins] if peers else []
   if row.realize: makers = {"realize": lambda: tiny_realize(fn, ins, dev), "python": lambda: tiny_python(fn, ins)}
+  elif row.jit: makers = {"realize": lambda: tiny_jit(fn, ins, dev), "python": lambda: tiny_jit_python(fn, ins)}
   else: makers = {"tiny": lambda: tiny_kernel(fn, ins, row.scalar)} if fn else {}  # the peak's copy has no tiny
-  makers["baseline"] = lambda: hand(plan(row.op, row.shape, ins, out, dev), out, wall=row.realize)
+  makers["baseline"] = lambda: hand(plan(row.op, row.shape, ins, out, dev), out, wall=row.realize or row.jit)
   makers |= {p.name: functools.partial(peer, p, row.op, arrays) for p in peers}
   result = measure(makers, want, reps, budget)
   if fn:
     with noopt(row.scalar): result["kernels"] = [p.name for p in render(fn(*ins))]
   return result
 
+# The first call of a program in a new process: with an empty disk cache, everything is lowered and compiled; with a
+# warm one (the same program run before), nothing is. Each in its own interpreter, timed from inside it.
+FIRST_CALL = """
+import sys, time
+from tiny import Tensor, schedule, run_schedule
+x, w1, w2 = [Tensor.rand(*s, device=sys.argv[1]).realize() for s in ((256, 784), (784, 512), (512, 10))]
+start = time.perf_counter()
+kernels = run_schedule(schedule([((x @ w1).relu() @ w2).softmax(-1)]), wait=True)
+print(time.perf_counter() - start, kernels)
+"""
+
+def first_calls(dev:str, peers:list[Peer]) -> list[dict]:
+  rows, env = [], os.environ | {"TINY_CACHE": tempfile.mkdtemp(prefix="tiny-bench-")}
+  for size in ("cold cache", "warm cache"):
+    run = subprocess.run([sys.executable, "-c", FIRST_CALL, dev], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    wall, kernels = map(float, run.stdout.split()) if run.returncode == 0 else ("error", 0.0)
+    rows.append({"name": "first call: MLP 256x784x512x10", "size": size, "shape": (), "bytes": 0, "flops": 0,
+                 "tiny": wall, "baseline": "—", "seconds": {p.name: "—" for p in peers}, "gb_per_s": None,
+                 "gflop_per_s": None, "pct_peak": None, "vs_baseline": None, "kernels": [],
+                 "python_seconds": wall - kernels if run.returncode == 0 else None})
+  shutil.rmtree(env["TINY_CACHE"], ignore_errors=True)
+  return rows
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The table, and the same numbers as JSON.
 
 def summary(row:Row, r:dict, peak:float) -> dict:
   """What a row shows: tiny's time (the whole realize() in a dispatch row), its rate, and how it compares."""
-  tiny, base = r["realize" if row.realize else "tiny"], r["baseline"]
+  tiny, base = r["realize" if row.realize or row.jit else "tiny"], r["baseline"]
   ok = isinstance(tiny, float)
   python = r["python"] if ok and isinstance(r.get("python"), float) else None
   return {"name": row.name, "size": row.size, "shape": row.shape, "bytes": row.bytes, "flops": row.flops,
@@ -414,6 +466,8 @@ def main():
   for i, row in enumerate(rows):
     progress(f"[{i+1}/{len(rows)}] {row.name} {row.size}")
     results.append(summary(row, bench(row, dev, peers, reps, budget), peak))
+  progress("first calls in a new process")
+  results += first_calls(dev, peers)
   progress("")
 
   print(f"tiny on {dev} ({describe(dev)}): peak {peak * 1e-9:.1f} GB/s, by a {copy.bytes // 2 >> 20} MB copy.")

@@ -2261,6 +2261,7 @@ class _Device:
     if renderer.has_local: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
     return Target(renderer, local_max, threads())
   def __getitem__(self, name:str) -> Compiled:
+    if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
     if name not in self.opened:
       with self.lock:  # two threads opening one device at once get the same one, opened once
