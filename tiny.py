@@ -1171,7 +1171,8 @@ def structure(roots:list[UOp], device:str) -> tuple[UOp, list[Buffer], dict[UOp,
     u = stack.pop()
     if u in memo: continue
     if u.op is Ops.BUFFER: memo[u] = slot(u)
-    elif (view := realized_view(u)) is not None: memo[u] = UOp(Ops.VIEW, u.dtype, (slot(view.src[0]),), view.arg)
+    elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
+      memo[u] = UOp(Ops.VIEW, u.dtype, (slot(view.src[0]),), view.arg)  # a view of a buffer: read from memory
     elif todo := [s for s in u.src if s not in memo]: stack += [u, *todo]
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
   return memo[sink], list(slots), {p: u for u, p in memo.items()}
@@ -2329,13 +2330,11 @@ def tiny_version() -> str:  # this tiny.py, by its hash: another version may low
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
   total, debug = 0.0, getenv("DEBUG")
-  load(items)
-  for i, item in enumerate(items):
-    if item.empty:  # nothing to compute, and a GPU can't launch 0 blocks
+  for i, (item, prog) in enumerate(zip(items, load(items))):
+    if prog is None:  # nothing to compute, and a GPU can't launch 0 blocks
       remember(item.outs)
       continue
     device = item.bufs[0].device
-    prog = to_program(item.ast, device)
     if debug >= 4: print(prog.src)
     fn = Device[device].program(prog)
     if (launches := getattr(capturing, "launches", None)) is not None:
@@ -2350,14 +2349,16 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
     total += tm or 0.0
   return total
 
-def load(items:list[ScheduleItem]):
-  """Lowers each kernel, and compiles each new one in the background while the next is lowered: a compile is a
-  subprocess, so they run side by side on the cores."""
-  pending = []
-  for item in (item for item in items if not item.empty):
-    dev, prog = Device[item.bufs[0].device], to_program(item.ast, item.bufs[0].device)
-    if not dev.loaded(prog): pending.append(compile_pool().submit(dev.program, prog))
+def load(items:list[ScheduleItem]) -> list[Program|None]:
+  """Each kernel lowered (None for one with nothing to compute), and each new one compiled in the background while
+  the next is lowered: a compile is a subprocess, so they run side by side on the cores."""
+  progs, pending = [], []
+  for item in items:
+    progs.append(prog := None if item.empty else to_program(item.ast, item.bufs[0].device))
+    if prog is not None and not (dev := Device[item.bufs[0].device]).loaded(prog):
+      pending.append(compile_pool().submit(dev.program, prog))
   for f in pending: f.result()
+  return progs
 
 @functools.cache
 def compile_pool() -> concurrent.futures.ThreadPoolExecutor: return concurrent.futures.ThreadPoolExecutor(threads())
