@@ -2363,6 +2363,24 @@ def load(items:list[ScheduleItem]) -> list[Program|None]:
 @functools.cache
 def compile_pool() -> concurrent.futures.ThreadPoolExecutor: return concurrent.futures.ThreadPoolExecutor(threads())
 
+class RawKernel:
+  """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
+  The source must define `name` taking one pointer per buffer, in order. On the CPU, a global_size[0] of n > 1 calls
+  it once per thread, with the thread's index 0..n-1 as one more int argument."""
+  def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
+    self.device = (device or Device.DEFAULT).upper()
+    self.prog = Program(name, src, [], _xyz(global_size), _xyz(local_size))
+    if self.device == "PYTHON":
+      raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
+    self.fn = Device[self.device].program(self.prog)
+  def __call__(self, *tensors:Tensor, wait:bool=True) -> float|None:
+    return self.fn(*[t.buffer().buf for t in tensors], global_size=self.prog.global_size,
+                   local_size=self.prog.local_size, wait=wait)
+
+def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
+  """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
+  return [to_program(item.ast, Device.canonical(device or tensors[0].device)) for item in schedule(list(tensors))]
+
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
 
@@ -2402,7 +2420,7 @@ class TinyJit:
   def run(self, args, kwargs):
     out = self.fn(*args, **kwargs)
     outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, Tensor)]
-    Tensor.realize(*outs) if outs else None
+    if outs: Tensor.realize(*outs)
     self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
     return out
 
@@ -2447,21 +2465,3 @@ class Replay:
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
   slot: int
   view: UOp
-
-class RawKernel:
-  """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
-  The source must define `name` taking one pointer per buffer, in order. On the CPU, a global_size[0] of n > 1 calls
-  it once per thread, with the thread's index 0..n-1 as one more int argument."""
-  def __init__(self, name:str, src:str, global_size=(1,), local_size=(1,), device:str|None=None):
-    self.device = (device or Device.DEFAULT).upper()
-    self.prog = Program(name, src, [], _xyz(global_size), _xyz(local_size))
-    if self.device == "PYTHON":
-      raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
-    self.fn = Device[self.device].program(self.prog)
-  def __call__(self, *tensors:Tensor, wait:bool=True) -> float|None:
-    return self.fn(*[t.buffer().buf for t in tensors], global_size=self.prog.global_size,
-                   local_size=self.prog.local_size, wait=wait)
-
-def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
-  """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
-  return [to_program(item.ast, Device.canonical(device or tensors[0].device)) for item in schedule(list(tensors))]
