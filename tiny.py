@@ -3,7 +3,7 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
-import functools, itertools, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
+import functools, itertools, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, IntEnum, auto
@@ -1657,19 +1657,24 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     for s in set(u.src): users[s].append(u)
   waiting = {u: len(set(u.src)) for u in order}
-  ready, done, out, stack = [u for u in order if not u.src], set(), [], []
+  # ready to emit, earliest in order first: work by the loops it needs, an END by the loop it closes (ranges: below)
+  work: dict[tuple, list] = defaultdict(list)
+  ends: dict[UOp, list] = defaultdict(list)
+  def ready(u:UOp):
+    if u.op is Ops.END: heapq.heappush(ends[u.src[0]], (pos[u], u))
+    elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], (pos[u], u))
+  done, out, stack = set(), [], []
   def emit(u:UOp):
-    out.append(u); done.add(u); ready.remove(u)
+    out.append(u); done.add(u)
     for c in users[u]:
       waiting[c] -= 1
-      if waiting[c] == 0: ready.append(c)
-    ready.sort(key=pos.__getitem__)
+      if waiting[c] == 0: ready(c)
+  for u in order:
+    if not u.src: ready(u)
   while len(out) < len(order) - 1:
-    here = [u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and need[u] == stack]
-    closing = [u for u in ready if u.op is Ops.END and stack and u.src[0] is stack[-1]]
-    if here: emit(here[0])                         # work that belongs in the loops open now
-    elif closing: emit(closing[0]); stack.pop()    # this loop is done: close it
-    else:                                          # open the next loop some waiting node needs
+    if here := work[tuple(stack)]: emit(heapq.heappop(here)[1])               # work that belongs in the loops open now
+    elif stack and ends[stack[-1]]: emit(heapq.heappop(ends[stack.pop()])[1])  # this loop is done: close it
+    else:                                                                     # open the next loop a waiting node needs
       deeper = next(u for u in order if u not in done and u.op is not Ops.RANGE and need[u][:len(stack)] == stack and
                     len(need[u]) > len(stack))
       stack.append(need[deeper][len(stack)])
