@@ -328,6 +328,7 @@ class UPat(MathMixin):
     self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
     self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
     self.src, self.arg, self.name = src, arg, name
+    self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source must have
   def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
   def var(name:str|None=None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
@@ -335,8 +336,8 @@ class UPat(MathMixin):
   def cvar(name:str|None=None, dtype=None) -> UPat: return UPat(Ops.CONST, dtype, name=name)
   def _binop(self, op, x, reverse):
     x = x if isinstance(x, UPat) else UPat(Ops.CONST, arg=x)
-    srcs = (x, self) if reverse else (self, x)
-    return UPat(op, src=list(srcs) if op in GroupOp.Commutative else srcs)
+    srcs = (x, self) if reverse else (self, x)  # an ALU result has its first source's dtype (a compare: bool)
+    return UPat(op, None if op in GroupOp.Compare else srcs[0].dtype, list(srcs) if op in GroupOp.Commutative else srcs)
 
   def match(self, u:UOp, store:dict) -> list[dict]:
     if (self.op is not None and u.op not in self.op) or (self.dtype is not None and u.dtype not in self.dtype) or \
@@ -359,8 +360,9 @@ class PatternMatcher:
       for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
   def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
     """The first rule that rewrites u, and what it made of it."""
+    ops = {s.op for s in u.src}  # most nodes match no rule: one needing a source op u lacks is not even tried
     for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
-      for captures in pat.match(u, {}):
+      for captures in (pat.match(u, {}) if pat.needs <= ops else ()):
         out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
         if out is not None and out is not u: return pat, out
     return None
