@@ -3,7 +3,7 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, json, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
-import functools, itertools, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
+import functools, itertools, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, IntEnum, auto
@@ -337,6 +337,7 @@ class UPat(MathMixin):
     self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
     self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
     self.src, self.arg, self.name = src, arg, name
+    self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source must have
   def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
   def var(name:str|None=None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
@@ -344,8 +345,8 @@ class UPat(MathMixin):
   def cvar(name:str|None=None, dtype=None) -> UPat: return UPat(Ops.CONST, dtype, name=name)
   def _binop(self, op, x, reverse):
     x = x if isinstance(x, UPat) else UPat(Ops.CONST, arg=x)
-    srcs = (x, self) if reverse else (self, x)
-    return UPat(op, src=list(srcs) if op in GroupOp.Commutative else srcs)
+    srcs = (x, self) if reverse else (self, x)  # an ALU result has its first source's dtype (a compare: bool)
+    return UPat(op, None if op in GroupOp.Compare else srcs[0].dtype, list(srcs) if op in GroupOp.Commutative else srcs)
 
   def match(self, u:UOp, store:dict) -> list[dict]:
     if (self.op is not None and u.op not in self.op) or (self.dtype is not None and u.dtype not in self.dtype) or \
@@ -368,8 +369,9 @@ class PatternMatcher:
       for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
   def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
     """The first rule that rewrites u, and what it made of it."""
+    ops = {s.op for s in u.src}  # most nodes match no rule: one needing a source op u lacks is not even tried
     for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
-      for captures in pat.match(u, {}):
+      for captures in (pat.match(u, {}) if pat.needs <= ops else ()):
         out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
         if out is not None and out is not u: return pat, out
     return None
@@ -1725,19 +1727,24 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     for s in set(u.src): users[s].append(u)
   waiting = {u: len(set(u.src)) for u in order}
-  ready, done, out, stack = [u for u in order if not u.src], set(), [], []
+  # ready to emit, earliest in order first: work by the loops it needs, an END by the loop it closes (ranges: below)
+  work: dict[tuple, list] = defaultdict(list)
+  ends: dict[UOp, list] = defaultdict(list)
+  def ready(u:UOp):
+    if u.op is Ops.END: heapq.heappush(ends[u.src[0]], (pos[u], u))
+    elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], (pos[u], u))
+  done, out, stack = set(), [], []
   def emit(u:UOp):
-    out.append(u); done.add(u); ready.remove(u)
+    out.append(u); done.add(u)
     for c in users[u]:
       waiting[c] -= 1
-      if waiting[c] == 0: ready.append(c)
-    ready.sort(key=pos.__getitem__)
+      if waiting[c] == 0: ready(c)
+  for u in order:
+    if not u.src: ready(u)
   while len(out) < len(order) - 1:
-    here = [u for u in ready if u.op not in (Ops.RANGE, Ops.END, Ops.SINK) and need[u] == stack]
-    closing = [u for u in ready if u.op is Ops.END and stack and u.src[0] is stack[-1]]
-    if here: emit(here[0])                         # work that belongs in the loops open now
-    elif closing: emit(closing[0]); stack.pop()    # this loop is done: close it
-    else:                                          # open the next loop some waiting node needs
+    if here := work[tuple(stack)]: emit(heapq.heappop(here)[1])               # work that belongs in the loops open now
+    elif stack and ends[stack[-1]]: emit(heapq.heappop(ends[stack.pop()])[1])  # this loop is done: close it
+    else:                                                                     # open the next loop a waiting node needs
       deeper = next(u for u in order if u not in done and u.op is not Ops.RANGE and need[u][:len(stack)] == stack and
                     len(need[u]) > len(stack))
       stack.append(need[deeper][len(stack)])
