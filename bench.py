@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.py: how fast is tiny on this device, next to hand-written kernels and the peers that happen to be installed?
 
-  python bench.py                                       # the default device, in about 2 minutes
+  python bench.py                                       # the default device, in a few minutes
   python bench.py --quick                               # a few rows: CI's smoke run
   python bench.py --device CUDA --sizes 1M,10M --big --json out.json
 
@@ -354,8 +354,8 @@ def make_rows(sizes:list[int], quick:bool) -> list[Row]:
   if not quick: rows.append(Row("softmax", (4096, 1024), "row softmax"))
   rows += [Row("matmul", (n, n), "matmul") for n in ((256,) if quick else (256, 512, 1024))]
   return rows + [Row("add", (10**6,), "realize() a+b", realize=True),
-                 Row("vma", (10**5,), "realize() a*b+c", realize=True), Row("vma", (16,), "realize() a*b+c", realize=True),
-                 Row("vma", (16,), "TinyJit a*b+c", jit=True)]
+                 Row("vma", (10**5,), "realize() a*b+c", realize=True),
+                 Row("vma", (16,), "realize() a*b+c", realize=True), Row("vma", (16,), "TinyJit a*b+c", jit=True)]
 
 def bench(row:Row, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
   ins = [Tensor.rand(*row.shape, device=dev).realize() for _ in range(ARITY[row.op])]

@@ -226,6 +226,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return x.alu(op, self) if reverse else self.alu(op, x)
   def where(self, a:UOp, b:UOp) -> UOp: return self.alu(Ops.WHERE, a, b)
   def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+  def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
+    return UOp(Ops.VIEW, self.dtype, (UOp(Ops.BUFFER, self.dtype, (), buf),), self.arg)
 
   @property
   def toposort(self) -> list[UOp]: return self._sources + [self]
@@ -1166,15 +1168,15 @@ def structure(roots:list[UOp], device:str) -> tuple[UOp, list[Buffer], dict[UOp,
   same sink (nodes are hash-consed), whatever buffers they hold. Also returned: the buffers by slot, and each planned
   node's own node."""
   slots: dict[Buffer, int] = {}
-  def slot(b:UOp) -> UOp: return UOp(Ops.BUFFER, b.dtype, (), Slot(slots.setdefault(b.arg, len(slots)), b.arg.size))
+  def slot(b:Buffer) -> Slot: return Slot(slots.setdefault(b, len(slots)), b.size)
   memo: dict[UOp, UOp] = {}  # node -> planned node
   stack = [sink := UOp(Ops.SINK, None, tuple(roots), device)]
   while stack:
     u = stack.pop()
     if u in memo: continue
-    if u.op is Ops.BUFFER: memo[u] = slot(u)
+    if u.op is Ops.BUFFER: memo[u] = UOp(Ops.BUFFER, u.dtype, (), slot(u.arg))
     elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
-      memo[u] = UOp(Ops.VIEW, u.dtype, (slot(view.src[0]),), view.arg)  # a view of a buffer: read from memory
+      memo[u] = view.rebind(slot(view.src[0].arg))  # a view of a buffer: read from memory
     elif todo := [s for s in u.src if s not in memo]: stack += [u, *todo]
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
   return memo[sink], list(slots), {p: u for u, p in memo.items()}
@@ -1203,9 +1205,9 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:dict[UOp, UOp], d
     if b.arg.index < len(buffers): return buffers[b.arg.index]
     if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
     return made[b.arg.index]
-  def view(v:UOp) -> UOp: return UOp(Ops.VIEW, v.dtype, (UOp(Ops.BUFFER, v.dtype, (), buffer(v.src[0])),), v.arg)
   return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
-                       {nodes[p]: view(v) for p, v in item.outs.items() if p in nodes}) for item in items]
+                       {nodes[p]: v.rebind(buffer(v.src[0])) for p, v in item.outs.items() if p in nodes})
+          for item in items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
@@ -2232,7 +2234,8 @@ class Compiled:
     if (binary := cache_read(key, ".bin", f"compiling {prog.name} again")) is not None: return binary
     if getenv("DEBUG") >= 3: print(f"compile {prog.name} for {self.name}")
     return cache_write(key, ".bin", self.runtime.compile(prog.src))
-  def loaded(self, prog:Program) -> bool: return isinstance(self.runtime, Emulator) or (prog.name, prog.src) in self.programs
+  def loaded(self, prog:Program) -> bool:  # ready to run: the emulator runs any program as it is
+    return isinstance(self.runtime, Emulator) or (prog.name, prog.src) in self.programs
 
 # The disk cache: an entry starts with the hash of its key and contents, so one that is truncated, corrupt or stored
 # under another key is made again, never used.
@@ -2319,9 +2322,10 @@ def to_program(ast:UOp, device:str) -> Program:
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
     stored = f"{tiny_version()} {device} {target.local_max} {target.cores} NOOPT={key[2]}\n{text(ast)}".encode()
-    if device == "PYTHON" or (entry := cache_read(stored, ".json", "lowering it again")) is None:
+    runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep
+    if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
       prog = lower(ast, target)
-      if device != "PYTHON": cache_write(stored, ".json", prog.dumps())
+      if runs_source: cache_write(stored, ".json", prog.dumps())
     else: prog = Program.loads(entry)
     program_cache[key] = prog
   return prog
@@ -2462,11 +2466,8 @@ class Replay:
     mem = [b.buf for b in bufs]
     for fn, slots, global_size, local_size in self.launches:
       fn(*[mem[i] for i in slots], global_size=global_size, local_size=local_size)
-    def value(o):
-      if not isinstance(o, Output): return o
-      buf = UOp(Ops.BUFFER, o.view.dtype, (), bufs[o.slot])
-      return Tensor(UOp(Ops.VIEW, o.view.dtype, (buf,), o.view.arg), device=bufs[o.slot].device)
-    outs = [value(o) for o in self.outputs]
+    outs = [Tensor(o.view.rebind(bufs[o.slot]), device=bufs[o.slot].device) if isinstance(o, Output) else o
+            for o in self.outputs]
     return outs[0] if self.container is None else self.container(outs)
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
