@@ -369,6 +369,7 @@ class PatternMatcher:
     self.pdict: dict[Ops, list] = defaultdict(list)
     for pat, fn in rules:
       for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
+    self.fixed: weakref.WeakSet = weakref.WeakSet()  # nodes graph_rewrite left as they are, and so all their sources
   def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
     """The first rule that rewrites u, and what it made of it."""
     ops = {s.op for s in u.src}  # most nodes match no rule: one needing a source op u lacks is not even tried
@@ -380,21 +381,23 @@ class PatternMatcher:
   def rewrite(self, u:UOp, ctx=None) -> Any:
     return None if (fired := self.fire(u, ctx)) is None else fired[1]
 
-def graph_rewrite(sink:UOp, pm:PatternMatcher, ctx=None) -> UOp:
-  """Rewrite sources first, then the node; a node a rule returns is itself rewritten, so all reach a fixed point."""
+def graph_rewrite(sink:UOp, pm:PatternMatcher) -> UOp:
+  """Rewrite sources first, then the node; a node a rule returns is itself rewritten, so all reach a fixed point. A node
+  at a fixed point stays one: a later rewrite by the same rules skips it, sources and all, so each is rewritten once."""
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp|None]] = [(sink, 0, None)]
   rewrites = 0
   while stack:
     u, stage, new = stack.pop()
     if u in done: continue
-    if stage == 0:
+    if stage == 0 and u in pm.fixed: done[u] = u
+    elif stage == 0:
       stack.append((u, 1, None))
       stack.extend((s, 0, None) for s in reversed(u.src) if s not in done)
     elif stage == 1:
       src = tuple(done[s] for s in u.src)
       node = u if src == u.src else u.replace(src=src)
-      if (fired := pm.fire(node, ctx)) is None: done[u] = node
+      if (fired := pm.fire(node)) is None: done[u] = node; pm.fixed.add(node)
       else:
         stack += [(u, 2, fired[1]), (fired[1], 0, None)]
         rewrites += 1  # rules that undo each other would loop forever: far more rewrites than nodes is such a loop
@@ -1342,7 +1345,7 @@ class Target(NamedTuple):
 def lower(ast:UOp, target:Target) -> Program:
   sink = optimize(rangeify(ast), target)
   name = kernel_name(sink)
-  for step in (expand, to_gpu if target.has_local else to_cpu, vectorize,
+  for step in (expand, to_gpu if target.has_local else to_cpu, simplify, vectorize,
                functools.partial(to_accumulators, vector_alu=target.renderer.vector_alu), simplify, add_loops,
                narrow_index):
     sink = step(sink)
@@ -1552,8 +1555,8 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 def expand(sink:UOp) -> UOp:
   """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
   Unrolled lanes of a reduce each get an accumulator, combined after the loop: n independent chains of adds, not
-  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. The lanes
-  are simplified once, together: what they share is simplified once."""
+  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. They are
+  simplified later, once ranges have the names they run as: a new name reorders every sum it is in."""
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
     return [substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)})
             for vals in itertools.product(*[range(r.size) for r in rs])]
@@ -1566,11 +1569,12 @@ def expand(sink:UOp) -> UOp:
     if not rest: return combine(vals)
     return u.replace(src=(combine(vals),) + rest) if tile else combine([u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
-  return simplify(sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST)))))
+  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST))))
 
 def to_gpu(sink:UOp) -> UOp:
-  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids."""
-  for step in (fit_grid, share_reductions, thread_ids, store_once): sink = step(sink)
+  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The lanes are simplified
+  before store_once asks which thread ids a stored value uses."""
+  for step in (fit_grid, share_reductions, thread_ids, simplify, store_once): sink = step(sink)
   return sink
 
 def fit_grid(sink:UOp) -> UOp:  # a grid has 3 dims, y and z of at most 65535 blocks: merge the outer ones until it fits
