@@ -1173,7 +1173,7 @@ def structure(roots:list[UOp], device:str) -> tuple[UOp, list[Buffer], dict[UOp,
   slots: dict[Buffer, int] = {}
   def slot(b:Buffer) -> Slot: return Slot(slots.setdefault(b, len(slots)), b.size)
   memo: dict[UOp, UOp] = {}  # node -> planned node
-  stack = [sink := UOp(Ops.SINK, None, tuple(roots), device)]
+  stack = list(roots)
   while stack:
     u = stack.pop()
     if u in memo: continue
@@ -1182,7 +1182,7 @@ def structure(roots:list[UOp], device:str) -> tuple[UOp, list[Buffer], dict[UOp,
       memo[u] = view.rebind(slot(view.src[0].arg))  # a view of a buffer: read from memory
     elif todo := [s for s in u.src if s not in memo]: stack += [u, *todo]
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
-  return memo[sink], list(slots), {p: u for u, p in memo.items()}
+  return UOp(Ops.SINK, None, tuple(memo[r] for r in roots), device), list(slots), {p: u for u, p in memo.items()}
 
 @functools.lru_cache(maxsize=4096)
 def plan(sink:UOp) -> list[ScheduleItem]:
@@ -2220,16 +2220,11 @@ class Compiled:
       if not bufs: del self.free_cache[nbytes]
       self.cached -= nbytes
   def program(self, prog:Program) -> Callable:
-    if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
-    key = (prog.name, prog.src)
-    with self.lock:
-      if (fn := self.programs.get(key)) is not None:
-        self.programs.move_to_end(key)
-        return fn
+    if (fn := self.loaded(prog)) is not None: return fn
     try: fn = self.runtime.load(prog.name, self.binary(prog))  # unlocked: threads compile new kernels side by side
     except self.compile_error as e: raise CompileError(str(e)) from None
     with self.lock:
-      self.programs[key] = fn
+      self.programs[(prog.name, prog.src)] = fn
       if len(self.programs) > self.programs_max: self.programs.popitem(last=False)
     return fn
   def binary(self, prog:Program) -> bytes:
@@ -2238,8 +2233,11 @@ class Compiled:
     if (binary := cache_read(key, ".bin", f"compiling {prog.name} again")) is not None: return binary
     if getenv("DEBUG") >= 3: print(f"compile {prog.name} for {self.name}")
     return cache_write(key, ".bin", self.runtime.compile(prog.src))
-  def loaded(self, prog:Program) -> bool:  # ready to run: the emulator runs any program as it is
-    return isinstance(self.runtime, Emulator) or (prog.name, prog.src) in self.programs
+  def loaded(self, prog:Program) -> Callable|None:  # the program if it is ready to run, as the emulator runs any
+    if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
+    with self.lock:
+      if (fn := self.programs.get(key := (prog.name, prog.src))) is not None: self.programs.move_to_end(key)
+    return fn
 
 # The disk cache: an entry starts with the hash of its key and contents, so one that is truncated, corrupt or stored
 # under another key is made again, never used.
@@ -2342,38 +2340,42 @@ def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line,
 def tiny_version() -> str:  # this tiny.py, by its hash: another version may lower a kernel otherwise
   with open(__file__, "rb") as f: return hashlib.sha256(f.read()).hexdigest()
 
+class Launch(NamedTuple):  # one kernel, loaded and ready to run on its buffers
+  fn: Callable
+  prog: Program
+  bufs: list[Buffer]
+  outputs: int  # the first bufs are what it writes
+  def __call__(self, wait:bool=False) -> float|None:
+    return self.fn(*[b.buf for b in self.bufs], global_size=self.prog.global_size, local_size=self.prog.local_size,
+                   wait=wait)
+
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
-  total, debug = 0.0, getenv("DEBUG")
-  for i, (item, prog) in enumerate(zip(items, load(items))):
-    if prog is None:  # nothing to compute, and a GPU can't launch 0 blocks
-      remember(item.outs)
-      continue
-    device = item.bufs[0].device
-    if debug >= 4: print(prog.src)
-    fn = Device[device].program(prog)
-    if (launches := getattr(capturing, "launches", None)) is not None:
-      launches.append(Launch(fn, prog, item.bufs, len(item.ast.src)))
-    tm = fn(*[b.buf for b in item.bufs], global_size=prog.global_size, local_size=prog.local_size,
-            wait=wait or debug >= 2)
-    if debug >= 2:
-      flops, mem = prog.info
-      print(f"*** {device:6s} {i:4d} {prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
-            f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
+  total, debug, launches = 0.0, getenv("DEBUG"), getattr(capturing, "launches", None)
+  for i, (item, launch) in enumerate(zip(items, load(items))):
+    if launch is not None:  # (None: nothing to compute, and a GPU can't launch 0 blocks)
+      if debug >= 4: print(launch.prog.src)
+      if launches is not None: launches.append(launch)
+      tm = launch(wait=wait or debug >= 2)
+      if debug >= 2:
+        flops, mem = launch.prog.info
+        print(f"*** {item.bufs[0].device:6s} {i:4d} {launch.prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
+              f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
+      total += tm or 0.0
     remember(item.outs)
-    total += tm or 0.0
   return total
 
-def load(items:list[ScheduleItem]) -> list[Program|None]:
-  """Each kernel lowered (None for one with nothing to compute), and each new one compiled in the background while
-  the next is lowered: a compile is a subprocess, so they run side by side on the cores."""
-  progs, pending = [], []
+def load(items:list[ScheduleItem]) -> list[Launch|None]:
+  """Each kernel lowered and loaded, ready to launch on its buffers (None for one with nothing to compute). Each new
+  one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
+  progs, fns = [], []
   for item in items:
     progs.append(prog := None if item.empty else to_program(item.ast, item.bufs[0].device))
-    if prog is not None and not (dev := Device[item.bufs[0].device]).loaded(prog):
-      pending.append(compile_pool().submit(dev.program, prog))
-  for f in pending: f.result()
-  return progs
+    dev = Device[item.bufs[0].device]
+    fns.append(None if prog is None else dev.loaded(prog) or compile_pool().submit(dev.program, prog))
+  return [None if prog is None else
+          Launch(fn.result() if isinstance(fn, concurrent.futures.Future) else fn, prog, item.bufs, len(item.ast.src))
+          for item, prog, fn in zip(items, progs, fns)]
 
 @functools.cache
 def compile_pool() -> concurrent.futures.ThreadPoolExecutor: return concurrent.futures.ThreadPoolExecutor(threads())
@@ -2398,12 +2400,6 @@ def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
-
-class Launch(NamedTuple):  # one kernel as run_schedule launched it
-  fn: Callable
-  prog: Program
-  bufs: list[Buffer]
-  outputs: int  # the first bufs are what it writes
 
 capturing = threading.local()  # .launches: while a TinyJit captures on this thread, what run_schedule launches
 
