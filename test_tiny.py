@@ -4,7 +4,7 @@ Every expected value is computed here from nested Python lists (never by tiny, n
 odd, non-square shapes, so that tails, masks, strides and broadcasts all get exercised. Inputs are rounded to float32
 first, so a reference sees exactly the numbers the kernel sees.
 """
-import array, concurrent.futures, contextlib, ctypes, dataclasses, gc, hashlib, itertools, math, operator, os, random, re
+import array, concurrent.futures, contextlib, ctypes, ctypes.util, dataclasses, gc, hashlib, itertools, math, operator, os, random, re
 import shutil, struct, subprocess, sys, textwrap, threading, time
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
@@ -269,6 +269,32 @@ def test_unary_op_matches_reference(name, shape):
   got = op(Tensor(x))
   assert got.dtype == dtypes.float32
   assert_close(got.tolist(), ref_ew(ref, x), rtol=1e-4, atol=1e-5)
+
+def _ulps(a:float, b:float) -> float:  # how many float32s lie between a and b; nan only matches nan
+  if math.isnan(a) or math.isnan(b): return 0 if math.isnan(a) and math.isnan(b) else math.inf
+  def order(x):  # float32s in order as ints: a negative's bits count down from -0
+    bits = struct.unpack("I", struct.pack("f", x))[0]
+    return bits if bits < 2**31 else 2**31 - bits
+  return abs(order(a) - order(b))
+
+@pytest.mark.parametrize("op", ["exp2", "log2"])
+def test_transcendentals_within_2_ulp_of_the_c_library(op):
+  """On the CPU, float32 exp2 and log2 are arithmetic that tiny writes (so they vectorize), not libm calls: over the
+  whole float range, bit patterns at random, a dense sweep of exp2's domain, subnormals, [0.5, 2) and the edges."""
+  libm = ctypes.CDLL(ctypes.util.find_library("m"))
+  ref = getattr(libm, op + "f")
+  ref.restype, ref.argtypes = ctypes.c_float, [ctypes.c_float]
+  rng = random.Random(7)
+  def f32(bits): return struct.unpack("f", struct.pack("I", bits))[0]
+  xs = [f32(rng.getrandbits(32)) for _ in range(100_000)] + [-160 + 300 * i / 100_003 for i in range(100_003)]
+  xs += [f32(b) for b in range(1, 2**23, 211)] + [f32(0x3F000000 + b) for b in range(0, 2**24, 157)]
+  xs += [0.0, -0.0, math.inf, -math.inf, math.nan, 3.4028234663852886e+38, 1.401298464324817e-45, -1e-45, 128.0,
+         -149.0, -150.0, 127.99999]
+  got = getattr(Tensor(xs, device="CPU"), op)().tolist()
+  worst = max(zip(xs, got), key=lambda xg: _ulps(xg[1], ref(xg[0])))
+  assert _ulps(worst[1], ref(worst[0])) <= 2, f"{op}({worst[0]!r}) = {worst[1]!r}, the C library says {ref(worst[0])!r}"
+  assert f"{op}f(" not in tiny.render(getattr(Tensor.empty(1003), op)(), device="CPU")[0].src  # no libm call
+  assert f"{op}(" in tiny.render(getattr(Tensor.empty(1003), op)(), device="CUDA")[0].src  # GPUs keep theirs
 
 BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 

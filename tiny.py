@@ -107,7 +107,7 @@ class Ops(IntEnum):
   # kernel level
   PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
   DEFINE_LOCAL = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); END = auto(); BARRIER = auto()
-  VECTORIZE = auto(); GEP = auto(); CAST = auto()
+  VECTORIZE = auto(); GEP = auto(); CAST = auto(); BITCAST = auto()
   # ALU
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto()
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
@@ -184,6 +184,9 @@ class MathMixin:
   def __mod__(self, x): return self._binop(Ops.MOD, x, False)
   def __lt__(self, x): return self._binop(Ops.CMPLT, x, False)
   def __and__(self, x): return self._binop(Ops.AND, x, False)
+  def __or__(self, x): return self._binop(Ops.OR, x, False)
+  def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
+  def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
 
 def _key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # keeps -0.0, 0.0 and nan apart
 
@@ -224,8 +227,11 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def _binop(self, op, x, reverse):
     x = x if isinstance(x, UOp) else self.const_like(x)
     return x.alu(op, self) if reverse else self.alu(op, x)
+  def __neg__(self) -> UOp: return self.alu(Ops.NEG)
+  def __sub__(self, x) -> UOp: return self + -(x if isinstance(x, UOp) else self.const_like(x))
   def where(self, a:UOp, b:UOp) -> UOp: return self.alu(Ops.WHERE, a, b)
   def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype:DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))  # the same bits, read as dtype
   def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
     return UOp(Ops.VIEW, self.dtype, (UOp(Ops.BUFFER, self.dtype, (), buf),), self.arg)
 
@@ -505,6 +511,52 @@ symbolic = PatternMatcher([
 ])
 
 def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Transcendentals as arithmetic: where a device's C has no vector exp2 or log2 (the CPU's libm takes one call per
+# element, which vector lanes can't share), float32 exp2 and log2 become +, *, compares and operations on the float's
+# bits, which vectorize with the rest of the kernel. GPUs keep their instructions. Each polynomial is a least-squares
+# fit at Chebyshev points, reweighted toward equal relative error (near minimax); test_tiny measures the error in ulps
+# over the whole float range.
+
+@functools.cache
+def approximations(ops:frozenset[Ops]) -> PatternMatcher:
+  return PatternMatcher([(UPat(op, dtypes.float, name="u"), lambda u: transcendental[u.op](u.src[0])) for op in ops])
+
+def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
+  return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
+def _clamp(x:UOp, lo:float, hi:float) -> UOp: return (-(-x).alu(Ops.MAX, x.const_like(-hi))).alu(Ops.MAX, x.const_like(lo))
+def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
+
+def _exp2(x:UOp) -> UOp:
+  """2**x = 2**f * 2**n with n = round(x) and f = x - n in [-0.5, 0.5]: a polynomial for 2**f, and 2**n made of
+  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. Past
+  [-151, 129] the result is 0 or inf anyway; max keeps nan, so nan stays nan through every step."""
+  x = _clamp(x, -151.0, 129.0)
+  big = x.const_like(12582912.0)  # 1.5 * 2**23: adding it rounds x to an integer, which lands in the low bits
+  t = x + big
+  n, f = t.bitcast(dtypes.int) - 0x4B400000, x - (t - big)  # (0x4B400000: the bits of big)
+  p = f * _poly(f, [0.6931471824645996, 0.24022647738456726, 0.055503323674201965, 0.00961843691766262,
+                    0.0013398875016719103, 0.00015353360504377633]) + 1.0
+  return p * _scale(n >> 1) * _scale(n - (n >> 1))
+
+def _log2(x:UOp) -> UOp:
+  """log2(x) = e + log2(1+f) for x = (1+f) * 2**e with 1+f in [sqrt(1/2), sqrt(2)): e from the exponent bits, and
+  log2(1+f) = f * Q(f), a polynomial in f (which is exact: no division rounds it). A subnormal x is scaled by 2**23
+  first. 0, negatives, inf and nan get their results at the end."""
+  subnormal = x < 1.1754943508222875e-38  # 2**-126
+  bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
+  mantissa = ((bits & 0x007FFFFF) | 0x3F800000).bitcast(dtypes.float)  # in [1, 2)
+  high = x.const_like(1.4142135381698608) < mantissa
+  e = (bits >> 23) + subnormal.where(bits.const_like(-150), bits.const_like(-127)) + high.cast(dtypes.int)
+  f = high.where(mantissa * 0.5, mantissa) - 1.0
+  log = e.cast(dtypes.float) + f * _poly(f, [1.4426950216293335, -0.7213473320007324, 0.4808982312679291,
+    -0.3606966435909271, 0.2885673940181732, -0.23961739242076874, 0.2046007663011551, -0.19106297194957733,
+    0.18617413938045502, -0.1099480614066124])
+  zero, inf, nan = x.const_like(0.0), x.const_like(math.inf), x.const_like(math.nan)
+  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, x.alu(Ops.CMPEQ, inf).where(x, log)))
+
+transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2}
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Views: movement ops never move data. A View maps an index tuple to (address, valid); pad makes `valid` through a
@@ -1343,7 +1395,7 @@ class Target(NamedTuple):
   def has_local(self) -> bool: return self.renderer.has_local
 
 def lower(ast:UOp, target:Target) -> Program:
-  sink = optimize(rangeify(ast), target)
+  sink = optimize(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates)), target)
   name = kernel_name(sink)
   for step in (expand, to_gpu if target.has_local else to_cpu, simplify, vectorize,
                functools.partial(to_accumulators, vector_alu=target.renderer.vector_alu), simplify, add_loops,
@@ -1782,6 +1834,7 @@ class Renderer:
   types: dict[DType, str]
   suffixes: dict[DType, str]      # of int literals
   code_for_op: dict[Ops, Callable]
+  approximates: frozenset[Ops]  # transcendentals this device computes as float arithmetic (see transcendental)
   buffer_prefix: str   # before a pointer cast to a buffer
   local_prefix: str    # before a shared-memory array
   barrier: str
@@ -1935,6 +1988,8 @@ string_rules = PatternMatcher([
     lambda ctx, u, a, b: _narrow(ctx, u, f"(({ctx[a]}<{ctx[b]}||{ctx[b]}!={ctx[b]})?{ctx[b]}:{ctx[a]})")),
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), _cast),
+  (UPat(Ops.BITCAST, name="u"),  # through a union: C's one defined way to read a value's bits as another type
+    lambda ctx, u: f"((union {{{ctx.types[u.src[0].dtype]} a; {ctx.types[u.dtype]} b;}}){{{ctx[u.src[0]]}}}).b"),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
   (UPat(Ops.LOAD, name="u"), _load),
@@ -1961,6 +2016,7 @@ CPU = Renderer(
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
+  approximates=frozenset({Ops.EXP2, Ops.LOG2}),
   buffer_prefix="", local_prefix="", barrier="",
   headers={None: ("#include <math.h>",),
            dtypes.float.vec(4): ("typedef float float4 __attribute__((vector_size(16)));",)})
@@ -1970,7 +2026,7 @@ CUDA = Renderer(
   param="{type}* {name}", launch_params=(), ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"},
   lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
   types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
-  code_for_op=code_for_op, buffer_prefix="", local_prefix="__shared__ __align__(16) ", barrier="__syncthreads();",
+  code_for_op=code_for_op, approximates=frozenset(), buffer_prefix="", local_prefix="__shared__ __align__(16) ", barrier="__syncthreads();",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            dtypes.half: ("#include <cuda_fp16.h>",)})
 
@@ -1982,6 +2038,7 @@ METAL = Renderer(
                    dtypes.uchar: "uchar", dtypes.uint32: "uint"},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
+  approximates=frozenset(),
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
