@@ -4,8 +4,8 @@ Every expected value is computed here from nested Python lists (never by tiny, n
 odd, non-square shapes, so that tails, masks, strides and broadcasts all get exercised. Inputs are rounded to float32
 first, so a reference sees exactly the numbers the kernel sees.
 """
-import array, concurrent.futures, contextlib, ctypes, ctypes.util, dataclasses, gc, hashlib, itertools, math, operator, os, random, re
-import shutil, struct, subprocess, sys, textwrap, threading, time
+import array, concurrent.futures, contextlib, ctypes, ctypes.util, dataclasses, gc, hashlib, itertools, math, operator, os
+import random, re, shutil, struct, subprocess, sys, textwrap, threading, time
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
 import pytest
@@ -1619,7 +1619,7 @@ def test_render_needs_no_device(device):
 SEED_004 = [  # (device, NOOPT, kernel name, what its source holds)
   ("CUDA", "0", "E_4_4", ["float4 ", "make_float4(", "__launch_bounds__(4)", "threadIdx.x"]),  # one block, float4 lanes
   ("CUDA", "1", "E_16", ["__launch_bounds__(1)", "blockIdx.x"]),                               # a block per element
-  ("METAL", "0", "E_4_4", ["float4 ", "float4(", "lid.x"]),
+  ("METAL", "0", "E_4_4", ["float4 ", "(val0+val1)", "lid.x"]),                                # adds float4s
   ("METAL", "1", "E_16", ["gid.x"]),
 ]
 
@@ -2402,7 +2402,7 @@ void E_4_4(float* restrict data0, float* restrict data1, float* restrict data2) 
     int alu0 = (ridx0<<2);
     float4 val0 = *((float4*)(data2+alu0));
     float4 val1 = *((float4*)(data1+alu0));
-    *((float4*)(data0+alu0)) = (float4){(val0[0]+val1[0]),(val0[1]+val1[1]),(val0[2]+val1[2]),(val0[3]+val1[3])};
+    *((float4*)(data0+alu0)) = (val0+val1);
   }
 }""",
   ("add", "CUDA"): """#define INFINITY (__int_as_float(0x7f800000))
@@ -2421,7 +2421,7 @@ kernel void E_4_4(device float* data0, device float* data1, device float* data2,
   int alu0 = (lidx0<<2);
   float4 val0 = *((device float4*)(data2+alu0));
   float4 val1 = *((device float4*)(data1+alu0));
-  *((device float4*)(data0+alu0)) = float4((val0.x+val1.x),(val0.y+val1.y),(val0.z+val1.z),(val0.w+val1.w));
+  *((device float4*)(data0+alu0)) = (val0+val1);
 }""",
   ("max", "CPU"): """#include <math.h>
 void r_3_5(float* restrict data0, float* restrict data1) {

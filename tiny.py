@@ -3,7 +3,7 @@ dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> schedul
 linearize -> renderers -> devices."""
 from __future__ import annotations
 import os, sys, math, json, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
-import functools, itertools, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
+import functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from enum import Enum, IntEnum, auto
@@ -525,7 +525,8 @@ def approximations(ops:frozenset[Ops]) -> PatternMatcher:
 
 def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
   return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
-def _clamp(x:UOp, lo:float, hi:float) -> UOp: return (-(-x).alu(Ops.MAX, x.const_like(-hi))).alu(Ops.MAX, x.const_like(lo))
+def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # min(x, hi) is -max(-x, -hi)
+  return (-(-x).alu(Ops.MAX, x.const_like(-hi))).alu(Ops.MAX, x.const_like(lo))
 def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
 
 def _exp2(x:UOp) -> UOp:
@@ -554,7 +555,8 @@ def _log2(x:UOp) -> UOp:
     -0.3606966435909271, 0.2885673940181732, -0.23961739242076874, 0.2046007663011551, -0.19106297194957733,
     0.18617413938045502, -0.1099480614066124])
   zero, inf, nan = x.const_like(0.0), x.const_like(math.inf), x.const_like(math.nan)
-  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, x.alu(Ops.CMPEQ, inf).where(x, log)))
+  if_finite = x.alu(Ops.CMPEQ, inf).where(x, log)
+  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, if_finite))
 
 transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2}
 
@@ -1397,8 +1399,9 @@ class Target(NamedTuple):
 def lower(ast:UOp, target:Target) -> Program:
   sink = optimize(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates)), target)
   name = kernel_name(sink)
-  for step in (expand, to_gpu if target.has_local else to_cpu, simplify, vectorize,
-               functools.partial(to_accumulators, vector_alu=target.renderer.vector_alu), simplify, add_loops,
+  for step in (expand, to_gpu if target.has_local else to_cpu, simplify,
+               functools.partial(vectorize, ops=target.renderer.vector_ops),
+               functools.partial(to_accumulators, ops=target.renderer.vector_ops), simplify, add_loops,
                narrow_index):
     sink = step(sink)
   uops = linearize(sink)
@@ -1672,9 +1675,10 @@ def to_cpu(sink:UOp) -> UOp:
   thread = ThreadId(AxisType.THREAD, 0)
   return substitute(sink, {r: r.replace(op=Ops.SPECIAL, arg=thread) for r in ranges(sink, AxisType.THREAD)})
 
-def vectorize(sink:UOp) -> UOp:
+def vectorize(sink:UOp, ops:frozenset[Ops]) -> UOp:
   """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
-  16-byte access: each thread issues one load instruction instead of four."""
+  16-byte access: each thread issues one load instruction instead of four. A float4 store's four values, where they
+  are alike, are computed as one vector expression in the dialect's vector ops."""
   def groups(us:list[UOp]) -> dict:  # (buffer, 4-aligned base, gate) -> {lane: access}, for the whole float4s
     us = [u for u in us if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and
           (u.op is Ops.STORE or u.dtype == dtypes.float)]
@@ -1684,19 +1688,19 @@ def vectorize(sink:UOp) -> UOp:
     for u, lane, base in zip(us, lanes, bases):
       if base.const_factor() % 4 == 0: found[(u.buf, base, u.gate)][lane] = u
     return {k: v for k, v in found.items() if len(v) == 4}
-  stores = list(sink.src)
-  for (buf, base, g), lanes in groups(stores).items():
-    value = UOp(Ops.VECTORIZE, dtypes.float.vec(4), tuple(lanes[i].value for i in range(4)))
-    stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
-    for i in range(1, 4): stores.remove(lanes[i])
-  sink = sink.replace(src=tuple(stores))
   loads = {}
   for (buf, base, g), lanes in groups([u for u in sink.toposort if u.op is Ops.LOAD]).items():
     vec = UOp(Ops.LOAD, dtypes.float.vec(4), (buf, base)).gated(g)
     loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(4)})
-  return substitute(sink, loads)
+  stores, memo = list((sink := substitute(sink, loads)).src), {}
+  for (buf, base, g), lanes in groups(stores).items():
+    values = [lanes[i].value for i in range(4)]
+    value = _as_vector(values, ops, memo) or UOp(Ops.VECTORIZE, dtypes.float.vec(4), tuple(values))
+    stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
+    for i in range(1, 4): stores.remove(lanes[i])
+  return sink.replace(src=tuple(stores))
 
-def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
+def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
   every output loop, so it starts again for each output element."""
@@ -1705,7 +1709,7 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   for rs, us in groups.items():
-    work = _vector_sums(us, rs) if vector_alu else [(u, [(u, None)]) for u in us]
+    work = _vector_sums(us, rs, ops) if ops else [(u, [(u, None)]) for u in us]
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
             for i, (r, _) in enumerate(work)]
@@ -1720,7 +1724,7 @@ def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
       done.update({u: total if lane is None else UOp(Ops.GEP, u.dtype, (total,), lane) for u, lane in outs})
   return substitute(sink, done)
 
-def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
+def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, list]]:
   """Four float sums that differ only in which lane of the same float4s they read are one float4 sum: one vector
   multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
   tile into float4 accumulators and a plain sum's unrolled lanes into one."""
@@ -1731,19 +1735,34 @@ def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
   out, merged = [], set()
   for group in alike.values():
     lanes = sorted(group, key=lambda u: tuple(g.arg for g in u.src[0].toposort if g.op is Ops.GEP))
-    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes])) is not None:
+    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
 
-def _as_vector(xs:list[UOp]) -> UOp|None:
-  """The float4 expression whose lane k is xs[k]: lanes of one vector stay that vector, a value every lane shares is
-  broadcast, and +, * and - apply lane by lane. None if the xs are not alike."""
-  if all(x.op is Ops.GEP and x.src[0] is xs[0].src[0] and x.arg == k for k, x in enumerate(xs)): return xs[0].src[0]
-  if all(x is xs[0] for x in xs): return UOp(Ops.VECTORIZE, xs[0].dtype.vec(4), (xs[0],) * 4)
-  if xs[0].op not in (Ops.ADD, Ops.MUL, Ops.NEG) or any(x.op is not xs[0].op for x in xs): return None
-  srcs = [_as_vector(list(lane)) for lane in zip(*[x.src for x in xs])]
-  return None if None in srcs else UOp(xs[0].op, xs[0].dtype.vec(4), tuple(srcs))
+def _as_vector(xs:list[UOp], ops:frozenset[Ops], memo:dict) -> UOp|None:
+  """The 4-lane vector expression whose lane k is xs[k]: lanes of one vector stay that vector, a value every lane
+  shares is broadcast, and an op in `ops` (the dialect's vector ops) applies lane by lane where the lanes are the same
+  op. None if the xs are not alike. Iterative (long elementwise chains); memo holds lane tuples already made."""
+  stack = [tuple(xs)]
+  while stack:
+    lanes = stack[-1]
+    if lanes in memo: stack.pop(); continue
+    x = lanes[0]
+    if x.dtype not in (dtypes.float, dtypes.int, dtypes.bool): memo[lanes] = None  # the 4-lane types dialects have
+    elif all(u.op is Ops.GEP and u.src[0] is x.src[0] and u.arg == k for k, u in enumerate(lanes)):
+      memo[lanes] = x.src[0]
+    elif all(u is x for u in lanes): memo[lanes] = UOp(Ops.VECTORIZE, x.dtype.vec(4), lanes)
+    elif x.op not in ops or _guarded(x) or any(u.op is not x.op or u.arg != x.arg or u.dtype != x.dtype for u in lanes):
+      memo[lanes] = None
+    elif todo := [s for s in zip(*[u.src for u in lanes]) if s not in memo]:
+      stack.extend(todo)
+      continue
+    else:
+      srcs = [memo[s] for s in zip(*[u.src for u in lanes])]
+      memo[lanes] = None if None in srcs else UOp(x.op, x.dtype.vec(4), tuple(srcs), x.arg)
+    stack.pop()
+  return memo[tuple(xs)]
 
 def narrow_index(sink:UOp) -> UOp:
   """Index math was exact until here: it becomes int where every value provably fits in 32 bits, else long, so a
@@ -1824,7 +1843,7 @@ class Renderer:
   """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
   name: str
   has_local: bool      # blocks of threads with shared memory (a GPU), or loops (the CPU)
-  vector_alu: bool     # `+` on float4 values: GCC/Clang vectors and Metal have it, CUDA's float4 does not
+  vector_ops: frozenset[Ops]  # ops it computes lane by lane on 4-wide vectors (CUDA's float4 has none)
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
   param: str           # one buffer parameter: its {type} and {name}
   launch_params: tuple[str, ...]  # parameters every kernel takes after its buffers
@@ -1838,12 +1857,13 @@ class Renderer:
   buffer_prefix: str   # before a pointer cast to a buffer
   local_prefix: str    # before a shared-memory array
   barrier: str
-  headers: dict[DType|None, tuple[str, ...]]  # lines every kernel starts with (None), or one using a value of a dtype
+  headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (None), or one naming a type
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
     """bufs are the kernel's parameters, in launch order: all of them, even one whose every read was folded away."""
-    body, used = self.lines(uops), {u.dtype for u in uops}
-    header = [line for dtype, lines in self.headers.items() if dtype is None or dtype in used for line in lines]
+    body = self.lines(uops)
+    named = set(re.findall(r"\w+", "\n".join(body)))
+    header = [line for typ, lines in self.headers.items() if typ is None or typ in named for line in lines]
     return "\n".join(header + [self.signature(name, uops, bufs) + " {"] + body + ["}"])
 
   def signature(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
@@ -1973,7 +1993,36 @@ def _store(ctx:Names, u:UOp) -> str:
 def _vector(ctx:Names, dtype:DType, items:list[str]) -> str:
   return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
 
-string_rules = PatternMatcher([
+# 4-lane vectors in C (the CPU dialect's vector ops): C has no ?: on vectors, so a select is bitwise on a mask (a
+# comparison's lanes are -1 or 0), int math runs on the unsigned bits (which wrap), and a cast is a conversion
+def _select(ctx:Names, mask:str, a:str, b:str, dtype:DType) -> str:
+  if dtype.scalar != dtypes.float: return f"(({a}&{mask})|({b}&~{mask}))"
+  return f"((float4)(((int4)({a})&{mask})|((int4)({b})&~{mask})))"
+def _vector_max(ctx:Names, a:UOp, b:UOp, dtype:DType) -> str:  # nan wins, as in python_alu
+  x, y = ctx[a], ctx[b]
+  return _select(ctx, f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
+def _vector_cast(ctx:Names, u:UOp) -> str:
+  x, to = ctx[u.src[0]], ctx.types[u.dtype]
+  if u.dtype.scalar == dtypes.bool: return f"({x}!=0)"
+  if u.src[0].dtype.scalar == dtypes.bool: x = f"(-{x})"  # a mask's true is -1
+  return f"__builtin_convertvector({x}, {to})"
+def _unsigned(ctx:Names, u:UOp) -> str:
+  return f"((int4){ctx.code_for_op[u.op](*[f'(uint4){ctx[s]}' for s in u.src[:1]], *[ctx[s] for s in u.src[1:]])})" \
+    if u.op is Ops.SHL else f"((int4){ctx.code_for_op[u.op](*[f'(uint4){ctx[s]}' for s in u.src])})"
+vec4s = tuple(d.vec(4) for d in (dtypes.float, dtypes.int, dtypes.bool))
+vector_rules = [
+  (UPat(Ops.WHERE, dtype=vec4s, name="u"), lambda ctx, u: _select(ctx, *[ctx[s] for s in u.src], u.dtype)),
+  (UPat(Ops.MAX, dtype=vec4s, src=(UPat.var("a"), UPat.var("b")), name="u"),
+    lambda ctx, u, a, b: _vector_max(ctx, a, b, u.dtype)),
+  (UPat((Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL), dtype=dtypes.int.vec(4), name="u"), _unsigned),
+  (UPat(Ops.SHR, dtype=dtypes.int.vec(4), name="u"), lambda ctx, u: f"({ctx[u.src[0]]}>>{ctx[u.src[1]]})"),
+  (UPat(Ops.CAST, dtype=vec4s, name="u"), _vector_cast),
+  (UPat(Ops.BITCAST, dtype=vec4s, name="u"), lambda ctx, u: f"(({ctx.types[u.dtype]})({ctx[u.src[0]]}))"),
+  (UPat(Ops.VECTORIZE, dtype=dtypes.bool.vec(4), name="u"),
+    lambda ctx, u: f"(-{_vector(ctx, u.dtype, [ctx[s] for s in u.src])})"),  # 1 -> -1
+]
+
+string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
   (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
     lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
@@ -2007,11 +2056,16 @@ string_rules = PatternMatcher([
 
 c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
-           dtypes.float.vec(4): "float4"}
+           dtypes.float.vec(4): "float4", dtypes.int.vec(4): "int4", dtypes.bool.vec(4): "int4"}  # (a mask: true is -1)
+
+# GCC/Clang vector extensions compute these lane by lane: operators, and selects, casts and bits as _vector_rules says
+c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
+                          Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.CAST, Ops.BITCAST})
 
 # C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give float4
 CPU = Renderer(
-  "CPU", has_local=False, vector_alu=True, kernel="void", param="{type}* restrict {name}", launch_params=(), ids={},
+  "CPU", has_local=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}", launch_params=(),
+  ids={},
   lanes=("[0]", "[1]", "[2]", "[3]"), vector="({type}){{{items}}}", types=c_types,
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
@@ -2019,19 +2073,22 @@ CPU = Renderer(
   approximates=frozenset({Ops.EXP2, Ops.LOG2}),
   buffer_prefix="", local_prefix="", barrier="",
   headers={None: ("#include <math.h>",),
-           dtypes.float.vec(4): ("typedef float float4 __attribute__((vector_size(16)));",)})
+           **{f"{n}4": (f"typedef {t} {n}4 __attribute__((vector_size(16)));",)
+              for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint"))}})
 
 CUDA = Renderer(
-  "CUDA", has_local=True, vector_alu=False, kernel='extern "C" __global__ void __launch_bounds__({threads})',
+  "CUDA", has_local=True, vector_ops=frozenset(), kernel='extern "C" __global__ void __launch_bounds__({threads})',
   param="{type}* {name}", launch_params=(), ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"},
   lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
   types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
-  code_for_op=code_for_op, approximates=frozenset(), buffer_prefix="", local_prefix="__shared__ __align__(16) ", barrier="__syncthreads();",
+  code_for_op=code_for_op, approximates=frozenset(), buffer_prefix="", local_prefix="__shared__ __align__(16) ",
+  barrier="__syncthreads();",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
-           dtypes.half: ("#include <cuda_fp16.h>",)})
+           "half": ("#include <cuda_fp16.h>",)})
 
 METAL = Renderer(
-  "METAL", has_local=True, vector_alu=True, kernel="kernel void", param="device {type}* {name}",
+  "METAL", has_local=True, vector_ops=frozenset({Ops.ADD, Ops.MUL, Ops.NEG}), kernel="kernel void",
+  param="device {type}* {name}",
   launch_params=("uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"),
   ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
   types=c_types | {dtypes.half: "half", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
