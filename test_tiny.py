@@ -410,6 +410,18 @@ def test_reduction_matches_reference(name, shape, axis, keepdim):
   assert got.shape == shape_of(want)
   assert_close(got.tolist(), want, atol=1e-4)
 
+@pytest.mark.parametrize("shape", [(7, 4099), (4096, 1027), (3, 40_003)])
+def test_long_rows_reduce_in_vector_accumulators_by_their_own_op(shape):
+  """Rows long enough for float4 accumulators: each keeps its reduce's op and identity (all negative: a sum from 0
+  would show), and a nan in a row wins its max."""
+  x = rand_list(shape, 11, -9.0, -1.0)
+  x[1][shape[1] // 2] = math.nan
+  got_max, got_sum = Tensor(x).max(axis=1).tolist(), Tensor(x).sum(axis=1).tolist()
+  assert math.isnan(got_max[1]) and math.isnan(got_sum[1])
+  assert_close([m for i, m in enumerate(got_max) if i != 1], [max(r) for i, r in enumerate(x) if i != 1])
+  assert_close([m for i, m in enumerate(got_sum) if i != 1], [math.fsum(r) for i, r in enumerate(x) if i != 1],
+               rtol=1e-4)
+
 def test_reduce_of_a_broadcast_value():
   x = rand_list((3, 1), 70)
   assert_close(Tensor(x).expand(3, 7).sum(axis=1).tolist(), ref_ew(lambda v: 7 * v, [r[0] for r in x]))

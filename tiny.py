@@ -1725,18 +1725,19 @@ def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
   return substitute(sink, done)
 
 def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, list]]:
-  """Four float sums that differ only in which lane of the same float4s they read are one float4 sum: one vector
-  multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
+  """Four float sums (or maxes) that differ only in which lane of the same float4s they read are one float4 sum: one
+  vector multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
   tile into float4 accumulators and a plain sum's unrolled lanes into one."""
-  alike: dict[UOp, list[UOp]] = defaultdict(list)  # the value with every lane index erased -> sums of that shape
+  alike: dict[tuple, list[UOp]] = defaultdict(list)  # (op, the value with every lane index erased) -> its reduces
   for u in us:
-    if u.arg is Ops.ADD and u.dtype == dtypes.float:
-      alike[substitute(u.src[0], {g: g.replace(arg=0) for g in u.src[0].toposort if g.op is Ops.GEP})].append(u)
+    if u.arg in ops & {Ops.ADD, Ops.MAX} and u.dtype == dtypes.float:
+      erased = substitute(u.src[0], {g: g.replace(arg=0) for g in u.src[0].toposort if g.op is Ops.GEP})
+      alike[(u.arg, erased)].append(u)
   out, merged = [], set()
   for group in alike.values():
     lanes = sorted(group, key=lambda u: tuple(g.arg for g in u.src[0].toposort if g.op is Ops.GEP))
     if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
-      out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in enumerate(lanes)]))
+      out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, lanes[0].arg), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
 
