@@ -619,16 +619,10 @@ class ShapeTracker:
       addr, inner = view.index(unravel(addr, view.shape))
       valid = all_of(valid, inner)
     return addr, valid
-  def _apply(self, fn, *arg) -> ShapeTracker:
-    return ShapeTracker(self.views[:-1] + (getattr(self.views[-1], fn)(*arg),))
-  def reshape(self, shape) -> ShapeTracker:
-    if (view := self.views[-1].reshape(tuple(shape))) is not None: return ShapeTracker(self.views[:-1] + (view,))
-    return ShapeTracker(self.views + (View.contiguous(shape),))
-  def permute(self, order) -> ShapeTracker: return self._apply("permute", order)
-  def expand(self, shape) -> ShapeTracker: return self._apply("expand", shape)
-  def shrink(self, arg) -> ShapeTracker: return self._apply("shrink", arg)
-  def pad(self, arg) -> ShapeTracker: return self._apply("pad", arg)
-  def flip(self, axes) -> ShapeTracker: return self._apply("flip", axes)
+  def apply(self, fn:str, arg) -> ShapeTracker:
+    """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
+    if (view := getattr(self.views[-1], fn)(arg)) is not None: return ShapeTracker(self.views[:-1] + (view,))
+    return ShapeTracker(self.views + (View.contiguous(arg),))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
@@ -763,11 +757,9 @@ class Tensor:
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @staticmethod
-  def zeros(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.full(Tensor._unpack(shape), 0.0, dtype or dtypes.float, device)
+  def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
   @staticmethod
-  def ones(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.full(Tensor._unpack(shape), 1.0, dtype or dtypes.float, device)
+  def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
@@ -834,10 +826,7 @@ class Tensor:
     if promote:
       dtype = dtypes.promote(*[t.dtype for t in ts])
       ts = [t.cast(dtype) for t in ts]
-    return [t._expand_to(shape) for t in ts]
-  def _expand_to(self, shape) -> Tensor:
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
-      else self
+    return [t.expand(shape) for t in ts]
   def _like(self, uop:UOp) -> Tensor:  # a new tensor on this one's device (which __init__ has checked once)
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, self.device
@@ -972,7 +961,7 @@ class Tensor:
   def _view(self, fn:str, arg) -> Tensor:
     u = self.uop
     base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
-    return self._like(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)))
+    return self._like(UOp(Ops.VIEW, u.dtype, (base,), st.apply(fn, arg)))
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
