@@ -247,8 +247,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @functools.cached_property
   def shape(self) -> tuple[int, ...]:
     """The shape of a tensor-level node; ALU sources already share one."""
-    if self.op is Ops.BUFFER: return (self.arg.size,)
-    if self.op is Ops.PARAM: return (self.arg.size,)
+    if self.op in (Ops.BUFFER, Ops.PARAM): return (self.arg.size,)
     if self.op is Ops.IOTA: return (self.arg,)
     if self.op is Ops.CONST: return ()
     if self.op is Ops.VIEW: return self.arg.shape
@@ -1790,7 +1789,6 @@ class Renderer:
     return f"{self.kernel.format(threads=threads)} {name}({', '.join(params + list(self.launch_params))})"
 
   def lines(self, uops:list[UOp]) -> list[str]:
-    """Each value's text, by the string rules: a value used once is inlined into its user, others get a variable."""
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
       for s in u.src: uses[s] += 2 if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?:
@@ -1835,15 +1833,13 @@ def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k: only where no bit reache
   return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b) and \
     a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
 
+_infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+          Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
   Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
-  Ops.ADD: lambda a, b: f"({a}+{b})", Ops.MUL: lambda a, b: f"({a}*{b})", Ops.IDIV: lambda a, b: f"({a}/{b})",
-  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})",
-  Ops.CMPLT: lambda a, b: f"({a}<{b})",
-  Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
-  Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
-  Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
+  Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})",
+  **{op: lambda a, b, symbol=symbol: f"({a}{symbol}{b})" for op, symbol in _infix.items()}}
 
 # C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
 # (a comparison, a select and a bitwise op of in-range values stay in range)
