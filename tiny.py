@@ -1042,8 +1042,7 @@ class Tensor:
     n = self.shape[dim]
     x = self.pad(tuple((0, -n % step) if i == dim else (0, 0) for i in range(self.ndim)))
     x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
-    return x.shrink(tuple((0, 1) if i == dim + 1 else None for i in range(x.ndim))).reshape(
-      self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
+    return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
     idx = list(idx) if isinstance(idx, tuple) else [idx]
     if any(isinstance(i, (Tensor, list, tuple)) for i in idx):
@@ -1066,7 +1065,7 @@ class Tensor:
       count = len(range(start, stop, step))
       if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
       window = (start, start + (count - 1) * step + 1) if count else (0, 0)
-      x = x.shrink(tuple(window if d == dim else None for d in range(x.ndim)))
+      x = x._along(dim, *window)
       if step > 1: x = x._stride(dim, step)
       dim += 1
     return x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze)) if squeeze else x
@@ -1085,9 +1084,7 @@ class Tensor:
     ts = Tensor._unpack(ts)
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
-  def _is_buffer(self) -> bool: return _whole_buffer(self.uop)
-  def contiguous(self) -> Tensor:
-    return self if self._is_buffer() else self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self) -> Tensor: return self if _whole_buffer(self.uop) else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   # --- composites
@@ -1114,11 +1111,10 @@ class Tensor:
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
-    if not self._is_buffer(): self.uop = self.contiguous().realize().uop
+    if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
     return self.uop.src[0].arg
-  def _data(self) -> memoryview: return self.buffer().copyout()
   def tolist(self):
-    vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self._data()))
+    vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self.buffer().copyout()))
     for k in range(self.ndim - 1, 0, -1):  # rows of dim k, innermost first; counted, so a size 0 anywhere works
       vals = [vals[i * self.shape[k]:(i + 1) * self.shape[k]] for i in range(prod(self.shape[:k]))]
     return vals if self.shape else vals[0]
@@ -1127,7 +1123,7 @@ class Tensor:
     return self.reshape(()).tolist()
   def numpy(self):
     import numpy as np
-    return np.frombuffer(self._data(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
+    return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps schedule() lists. A node becomes a buffer (a kernel output) when it
