@@ -114,10 +114,8 @@ class Ops(IntEnum):
   AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
 
 class GroupOp:
-  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
-  Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
-            Ops.SHL, Ops.SHR}
-  ALU = Unary | Binary | {Ops.WHERE}
+  ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX,
+         Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
 
@@ -298,7 +296,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     limits, b = dtypes.limits(self.dtype), None
     if self.op is Ops.CAST and dtypes.is_int(self.dtype) and self.src[0].dtype.count == 1 and \
        (dtypes.is_int(self.src[0].dtype) or self.src[0].dtype == dtypes.bool): b = self.src[0].bounds
-    if self.op in GroupOp.ALU and self.op in alu_bounds and \
+    if self.op in alu_bounds and \
        all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
     if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
@@ -726,9 +724,8 @@ class Tensor:
       raw = mv.tobytes()
       if dtype is not None and dtype != fmt: self.uop = Tensor(data, device=device).cast(dtype).uop; return
       dtype = fmt
-    buf = Buffer(self.device, prod(shape), dtype)
-    buf.copyin(memoryview(raw))
-    self.uop = UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), buf),), ShapeTracker.contiguous(shape))
+    self.uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
+    self.uop.src[0].arg.copyin(memoryview(raw))
 
   # --- properties
   @property
