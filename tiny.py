@@ -1821,10 +1821,9 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
   return f"{v}{ctx.suffixes.get(d, '')}"
 
-def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
-def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k: only where no bit reaches the sign
-  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b) and \
-    a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
+def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k (b: a constant 2**k): only where no bit reaches the sign
+  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and b.arg > 0 and b.arg & (b.arg - 1) == 0 \
+    and a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
 
 _infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
           Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
@@ -2075,10 +2074,8 @@ class Emulator:
   reference for GPU lowering on machines with no GPU."""
   local_max, compiler_id = 1024, "python"
   def alloc(self, nbytes:int) -> bytearray: return bytearray(nbytes)
-  def free(self, buf): pass
-  def copyin(self, buf:bytearray, src:memoryview): buf[:src.nbytes] = src.cast("B")
-  def copyout(self, dst:memoryview, buf:bytearray): dst[:] = buf[:dst.nbytes]
-  def synchronize(self): pass
+  # memory in this process, as the CPU's: the same copies in and out, and nothing runs behind the caller to wait for
+  free, copyin, copyout, synchronize = CPURuntime.free, CPURuntime.copyin, CPURuntime.copyout, CPURuntime.synchronize
 
   def program(self, prog:Program) -> Callable:
     def run(*bufs, global_size, local_size, wait=False):
