@@ -19,11 +19,8 @@ class MTLSize(Structure):
 # argument by its C type, so a missing or wrong entry here is silent garbage (an NSUInteger sent as a 32-bit int).
 SELECTORS: dict[str, tuple] = {
   # NSObject, NSString, NSError
-  "new": (c_void_p, []),
-  "retain": (c_void_p, []), "release": (None, []),
-  "respondsToSelector:": (c_bool, [c_void_p]),
-  "stringWithUTF8String:": (c_void_p, [c_char_p]), "UTF8String": (c_char_p, []),
-  "localizedDescription": (c_void_p, []),
+  "new": (c_void_p, []), "retain": (c_void_p, []), "release": (None, []), "respondsToSelector:": (c_bool, [c_void_p]),
+  "stringWithUTF8String:": (c_void_p, [c_char_p]), "UTF8String": (c_char_p, []), "localizedDescription": (c_void_p, []),
   # MTLDevice
   "newCommandQueueWithMaxCommandBufferCount:": (c_void_p, [NSUInteger]),
   "newBufferWithLength:options:": (c_void_p, [NSUInteger, NSUInteger]),
@@ -33,19 +30,16 @@ SELECTORS: dict[str, tuple] = {
   "setMathMode:": (None, [NSInteger]), "setMathFloatingPointFunctions:": (None, [NSInteger]),
   "setFastMathEnabled:": (None, [c_bool]),
   # MTLLibrary, MTLComputePipelineState, MTLBuffer
-  "newFunctionWithName:": (c_void_p, [c_void_p]),
-  "maxTotalThreadsPerThreadgroup": (NSUInteger, []),
+  "newFunctionWithName:": (c_void_p, [c_void_p]), "maxTotalThreadsPerThreadgroup": (NSUInteger, []),
   "contents": (c_void_p, []),
   # MTLCommandQueue, MTLCommandBuffer
-  "commandBuffer": (c_void_p, []), "computeCommandEncoder": (c_void_p, []),
-  "commit": (None, []), "waitUntilCompleted": (None, []),
-  "status": (NSUInteger, []), "error": (c_void_p, []),
+  "commandBuffer": (c_void_p, []), "computeCommandEncoder": (c_void_p, []), "commit": (None, []),
+  "waitUntilCompleted": (None, []), "status": (NSUInteger, []), "error": (c_void_p, []),
   "GPUStartTime": (c_double, []), "GPUEndTime": (c_double, []),  # CFTimeInterval: seconds
   # MTLComputeCommandEncoder
-  "setComputePipelineState:": (None, [c_void_p]),
+  "setComputePipelineState:": (None, [c_void_p]), "endEncoding": (None, []),
   "setBuffer:offset:atIndex:": (None, [c_void_p, NSUInteger, NSUInteger]),
   "dispatchThreadgroups:threadsPerThreadgroup:": (None, [MTLSize, MTLSize]),
-  "endEncoding": (None, []),
 }
 STORAGE_SHARED = 0            # MTLResourceStorageModeShared: CPU and GPU use the same memory
 MATH_SAFE, FP_PRECISE = 0, 1  # MTLMathModeSafe, MTLMathFloatingPointFunctionsPrecise: what fastMathEnabled=NO meant

@@ -114,10 +114,8 @@ class Ops(IntEnum):
   AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
 
 class GroupOp:
-  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
-  Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
-            Ops.SHL, Ops.SHR}
-  ALU = Unary | Binary | {Ops.WHERE}
+  ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX,
+         Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
 
@@ -253,8 +251,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @functools.cached_property
   def shape(self) -> tuple[int, ...]:
     """The shape of a tensor-level node; ALU sources already share one."""
-    if self.op is Ops.BUFFER: return (self.arg.size,)
-    if self.op is Ops.PARAM: return (self.arg.size,)
+    if self.op in (Ops.BUFFER, Ops.PARAM): return (self.arg.size,)
     if self.op is Ops.IOTA: return (self.arg,)
     if self.op is Ops.CONST: return ()
     if self.op is Ops.VIEW: return self.arg.shape
@@ -305,7 +302,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     limits, b = dtypes.limits(self.dtype), None
     if self.op is Ops.CAST and dtypes.is_int(self.dtype) and self.src[0].dtype.count == 1 and \
        (dtypes.is_int(self.src[0].dtype) or self.src[0].dtype == dtypes.bool): b = self.src[0].bounds
-    if self.op in GroupOp.ALU and self.op in alu_bounds and \
+    if self.op in alu_bounds and \
        all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
     if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
@@ -673,16 +670,10 @@ class ShapeTracker:
       addr, inner = view.index(unravel(addr, view.shape))
       valid = all_of(valid, inner)
     return addr, valid
-  def _apply(self, fn, *arg) -> ShapeTracker:
-    return ShapeTracker(self.views[:-1] + (getattr(self.views[-1], fn)(*arg),))
-  def reshape(self, shape) -> ShapeTracker:
-    if (view := self.views[-1].reshape(tuple(shape))) is not None: return ShapeTracker(self.views[:-1] + (view,))
-    return ShapeTracker(self.views + (View.contiguous(shape),))
-  def permute(self, order) -> ShapeTracker: return self._apply("permute", order)
-  def expand(self, shape) -> ShapeTracker: return self._apply("expand", shape)
-  def shrink(self, arg) -> ShapeTracker: return self._apply("shrink", arg)
-  def pad(self, arg) -> ShapeTracker: return self._apply("pad", arg)
-  def flip(self, axes) -> ShapeTracker: return self._apply("flip", axes)
+  def apply(self, fn:str, arg) -> ShapeTracker:
+    """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
+    if (view := getattr(self.views[-1], fn)(arg)) is not None: return ShapeTracker(self.views[:-1] + (view,))
+    return ShapeTracker(self.views + (View.contiguous(arg),))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
@@ -787,9 +778,8 @@ class Tensor:
       raw = mv.tobytes()
       if dtype is not None and dtype != fmt: self.uop = Tensor(data, device=device).cast(dtype).uop; return
       dtype = fmt
-    buf = Buffer(self.device, prod(shape), dtype)
-    buf.copyin(memoryview(raw))
-    self.uop = UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), buf),), ShapeTracker.contiguous(shape))
+    self.uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
+    self.uop.src[0].arg.copyin(memoryview(raw))
 
   # --- properties
   @property
@@ -817,11 +807,9 @@ class Tensor:
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @staticmethod
-  def zeros(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.full(Tensor._unpack(shape), 0.0, dtype or dtypes.float, device)
+  def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
   @staticmethod
-  def ones(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.full(Tensor._unpack(shape), 1.0, dtype or dtypes.float, device)
+  def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
@@ -888,10 +876,7 @@ class Tensor:
     if promote:
       dtype = dtypes.promote(*[t.dtype for t in ts])
       ts = [t.cast(dtype) for t in ts]
-    return [t._expand_to(shape) for t in ts]
-  def _expand_to(self, shape) -> Tensor:
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape) if self.shape != tuple(shape) \
-      else self
+    return [t.expand(shape) for t in ts]
   def _like(self, uop:UOp) -> Tensor:  # a new tensor on this one's device (which __init__ has checked once)
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, self.device
@@ -1026,7 +1011,7 @@ class Tensor:
   def _view(self, fn:str, arg) -> Tensor:
     u = self.uop
     base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
-    return self._like(UOp(Ops.VIEW, u.dtype, (base,), getattr(st, fn)(arg)))
+    return self._like(UOp(Ops.VIEW, u.dtype, (base,), st.apply(fn, arg)))
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -1108,8 +1093,7 @@ class Tensor:
     n = self.shape[dim]
     x = self.pad(tuple((0, -n % step) if i == dim else (0, 0) for i in range(self.ndim)))
     x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
-    return x.shrink(tuple((0, 1) if i == dim + 1 else None for i in range(x.ndim))).reshape(
-      self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
+    return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
     idx = list(idx) if isinstance(idx, tuple) else [idx]
     if any(isinstance(i, (Tensor, list, tuple)) for i in idx):
@@ -1132,7 +1116,7 @@ class Tensor:
       count = len(range(start, stop, step))
       if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
       window = (start, start + (count - 1) * step + 1) if count else (0, 0)
-      x = x.shrink(tuple(window if d == dim else None for d in range(x.ndim)))
+      x = x._along(dim, *window)
       if step > 1: x = x._stride(dim, step)
       dim += 1
     return x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze)) if squeeze else x
@@ -1151,9 +1135,7 @@ class Tensor:
     ts = Tensor._unpack(ts)
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
-  def _is_buffer(self) -> bool: return _whole_buffer(self.uop)
-  def contiguous(self) -> Tensor:
-    return self if self._is_buffer() else self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self) -> Tensor: return self if _whole_buffer(self.uop) else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   # --- composites
@@ -1180,11 +1162,10 @@ class Tensor:
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
-    if not self._is_buffer(): self.uop = self.contiguous().realize().uop
+    if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
     return self.uop.src[0].arg
-  def _data(self) -> memoryview: return self.buffer().copyout()
   def tolist(self):
-    vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self._data()))
+    vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self.buffer().copyout()))
     for k in range(self.ndim - 1, 0, -1):  # rows of dim k, innermost first; counted, so a size 0 anywhere works
       vals = [vals[i * self.shape[k]:(i + 1) * self.shape[k]] for i in range(prod(self.shape[:k]))]
     return vals if self.shape else vals[0]
@@ -1193,7 +1174,7 @@ class Tensor:
     return self.reshape(()).tolist()
   def numpy(self):
     import numpy as np
-    return np.frombuffer(self._data(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
+    return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps schedule() lists. A node becomes a buffer (a kernel output) when it
@@ -1875,7 +1856,6 @@ class Renderer:
     return f"{self.kernel.format(threads=threads)} {name}({', '.join(params + list(self.launch_params))})"
 
   def lines(self, uops:list[UOp]) -> list[str]:
-    """Each value's text, by the string rules: a value used once is inlined into its user, others get a variable."""
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
       for s in u.src: uses[s] += 2 if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?:
@@ -1915,20 +1895,17 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
   return f"{v}{ctx.suffixes.get(d, '')}"
 
-def _pow2(u:UOp) -> bool: return u.op is Ops.CONST and u.arg > 0 and u.arg & (u.arg - 1) == 0
-def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k: only where no bit reaches the sign
-  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and _pow2(b) and \
-    a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
+def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k (b: a constant 2**k): only where no bit reaches the sign
+  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and b.arg > 0 and b.arg & (b.arg - 1) == 0 \
+    and a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
 
+_infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+          Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
   Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
-  Ops.ADD: lambda a, b: f"({a}+{b})", Ops.MUL: lambda a, b: f"({a}*{b})", Ops.IDIV: lambda a, b: f"({a}/{b})",
-  Ops.MOD: lambda a, b: f"({a}%{b})", Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})",
-  Ops.CMPLT: lambda a, b: f"({a}<{b})",
-  Ops.CMPNE: lambda a, b: f"({a}!={b})", Ops.CMPEQ: lambda a, b: f"({a}=={b})", Ops.AND: lambda a, b: f"({a}&{b})",
-  Ops.OR: lambda a, b: f"({a}|{b})", Ops.XOR: lambda a, b: f"({a}^{b})", Ops.SHL: lambda a, b: f"({a}<<{b})",
-  Ops.SHR: lambda a, b: f"({a}>>{b})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})"}
+  Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})",
+  **{op: lambda a, b, symbol=symbol: f"({a}{symbol}{b})" for op, symbol in _infix.items()}}
 
 # C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
 # (a comparison, a select and a bitwise op of in-range values stay in range)
@@ -2212,10 +2189,8 @@ class Emulator:
   reference for GPU lowering on machines with no GPU."""
   local_max, compiler_id = 1024, "python"
   def alloc(self, nbytes:int) -> bytearray: return bytearray(nbytes)
-  def free(self, buf): pass
-  def copyin(self, buf:bytearray, src:memoryview): buf[:src.nbytes] = src.cast("B")
-  def copyout(self, dst:memoryview, buf:bytearray): dst[:] = buf[:dst.nbytes]
-  def synchronize(self): pass
+  # memory in this process, as the CPU's: the same copies in and out, and nothing runs behind the caller to wait for
+  free, copyin, copyout, synchronize = CPURuntime.free, CPURuntime.copyin, CPURuntime.copyout, CPURuntime.synchronize
 
   def program(self, prog:Program) -> Callable:
     def run(*bufs, global_size, local_size, wait=False):
