@@ -1345,7 +1345,7 @@ class Target(NamedTuple):
 def lower(ast:UOp, target:Target) -> Program:
   sink = optimize(rangeify(ast), target)
   name = kernel_name(sink)
-  for step in (expand, to_gpu if target.has_local else to_cpu, simplify, vectorize,
+  for step in (to_gpu if target.has_local else to_cpu, expand, simplify, vectorize,
                functools.partial(to_accumulators, vector_alu=target.renderer.vector_alu), simplify, add_loops,
                narrow_index):
     sink = step(sink)
@@ -1555,11 +1555,15 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 def expand(sink:UOp) -> UOp:
   """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
   Unrolled lanes of a reduce each get an accumulator, combined after the loop: n independent chains of adds, not
-  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. They are
-  simplified later, once ranges have the names they run as: a new name reorders every sum it is in."""
-  def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
-    return [substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)})
-            for vals in itertools.product(*[range(r.size) for r in rs])]
+  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. Ranges
+  already have the names they run as (a new name reorders every sum it is in), so the lanes are simplified once."""
+  def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
+    values = list(itertools.product(*[range(r.size) for r in rs]))
+    copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)
+    for x in u.toposort:
+      if x not in copies and any(s in copies for s in x.src):
+        copies[x] = [x.replace(src=src) for src in zip(*[copies.get(s, [s] * n) for s in x.src])]
+    return copies.get(u, [u] * n)
   tile = bool(ranges(sink, AxisType.UPCAST))
   def unroll(u:UOp) -> UOp|None:
     rs = [r for r in u.src[1:] if r.kind is AxisType.UNROLL]
@@ -1572,7 +1576,7 @@ def expand(sink:UOp) -> UOp:
   return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST))))
 
 def to_gpu(sink:UOp) -> UOp:
-  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The lanes are simplified
+  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The kernel is simplified
   before store_once asks which thread ids a stored value uses."""
   for step in (fit_grid, share_reductions, thread_ids, simplify, store_once): sink = step(sink)
   return sink
@@ -1672,14 +1676,16 @@ def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
   """Four float sums that differ only in which lane of the same float4s they read are one float4 sum: one vector
   multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
   tile into float4 accumulators and a plain sum's unrolled lanes into one."""
+  sums = [u for u in us if u.arg is Ops.ADD and u.dtype == dtypes.float]
+  values = UOp(Ops.SINK, None, tuple(u.src[0] for u in sums))
+  erased = substitute(values, {g: g.replace(arg=0) for g in values.toposort if g.op is Ops.GEP}).src  # all at once
   alike: dict[UOp, list[UOp]] = defaultdict(list)  # the value with every lane index erased -> sums of that shape
-  for u in us:
-    if u.arg is Ops.ADD and u.dtype == dtypes.float:
-      alike[substitute(u.src[0], {g: g.replace(arg=0) for g in u.src[0].toposort if g.op is Ops.GEP})].append(u)
+  for u, shape in zip(sums, erased): alike[shape].append(u)
   out, merged = [], set()
   for group in alike.values():
+    if len(group) != 4: continue
     lanes = sorted(group, key=lambda u: tuple(g.arg for g in u.src[0].toposort if g.op is Ops.GEP))
-    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes])) is not None:
+    if (vec := _as_vector([u.src[0] for u in lanes])) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
