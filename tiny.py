@@ -1681,10 +1681,13 @@ def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
   erased = substitute(values, {g: g.replace(arg=0) for g in values.toposort if g.op is Ops.GEP}).src  # all at once
   alike: dict[UOp, list[UOp]] = defaultdict(list)  # the value with every lane index erased -> sums of that shape
   for u, shape in zip(sums, erased): alike[shape].append(u)
+  geps: dict[UOp, tuple] = {}  # the GEPs each value reads, in its toposort's order: its sources' in turn, then it
+  for x in values.toposort:
+    geps[x] = tuple(dict.fromkeys(g for s in x.src for g in geps[s])) + ((x,) if x.op is Ops.GEP else ())
   out, merged = [], set()
   for group in alike.values():
     if len(group) != 4: continue
-    lanes = sorted(group, key=lambda u: tuple(g.arg for g in u.src[0].toposort if g.op is Ops.GEP))
+    lanes = sorted(group, key=lambda u: tuple(g.arg for g in geps[u.src[0]]))
     if (vec := _as_vector([u.src[0] for u in lanes])) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
