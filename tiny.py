@@ -339,6 +339,7 @@ class UPat(MathMixin):
     self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
     self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
     self.src, self.arg, self.name = src, arg, name
+    self.orders = list(itertools.permutations(src)) if isinstance(src, list) else [src]  # of src, to try in turn
     self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source must have
   def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
@@ -355,12 +356,12 @@ class UPat(MathMixin):
        (self.arg is not None and (u.arg != self.arg or type(u.arg) is bool and type(self.arg) is not bool)): return []
     if self.name is not None and store.setdefault(self.name, u) is not u: return []
     if self.src is None: return [store]
-    orders = itertools.permutations(self.src) if isinstance(self.src, list) else [self.src]
     matches = []
-    for pats in orders:
+    for pats in self.orders:
       if len(pats) != len(u.src): continue
       stores = [store]
-      for p, s in zip(pats, u.src): stores = [m for st in stores for m in p.match(s, dict(st))]
+      for p, s in zip(pats, u.src):  # a source of another op is turned away before the captures are copied
+        stores = [m for st in stores for m in p.match(s, dict(st))] if p.op is None or s.op in p.op else []
       matches.extend(stores)
     return matches
 
