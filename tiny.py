@@ -342,6 +342,7 @@ class UPat(MathMixin):
     self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
     self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
     self.src, self.arg, self.name = src, arg, name
+    self.orders = list(itertools.permutations(src)) if isinstance(src, list) else [src]  # of src, to try in turn
     self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source must have
   def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
@@ -358,12 +359,12 @@ class UPat(MathMixin):
        (self.arg is not None and (u.arg != self.arg or type(u.arg) is bool and type(self.arg) is not bool)): return []
     if self.name is not None and store.setdefault(self.name, u) is not u: return []
     if self.src is None: return [store]
-    orders = itertools.permutations(self.src) if isinstance(self.src, list) else [self.src]
     matches = []
-    for pats in orders:
+    for pats in self.orders:
       if len(pats) != len(u.src): continue
       stores = [store]
-      for p, s in zip(pats, u.src): stores = [m for st in stores for m in p.match(s, dict(st))]
+      for p, s in zip(pats, u.src):  # a source of another op is turned away before the captures are copied
+        stores = [m for st in stores for m in p.match(s, dict(st))] if p.op is None or s.op in p.op else []
       matches.extend(stores)
     return matches
 
@@ -1380,7 +1381,7 @@ class Target(NamedTuple):
 def lower(ast:UOp, target:Target) -> Program:
   sink = optimize(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates)), target)
   name = kernel_name(sink)
-  for step in (expand, to_gpu if target.has_local else to_cpu, simplify,
+  for step in (to_gpu if target.has_local else to_cpu, expand, simplify,
                functools.partial(vectorize, ops=target.renderer.vector_ops),
                functools.partial(to_accumulators, ops=target.renderer.vector_ops), simplify, add_loops,
                narrow_index):
@@ -1591,11 +1592,15 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 def expand(sink:UOp) -> UOp:
   """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
   Unrolled lanes of a reduce each get an accumulator, combined after the loop: n independent chains of adds, not
-  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. They are
-  simplified later, once ranges have the names they run as: a new name reorders every sum it is in."""
-  def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:
-    return [substitute(u, {r: r.const_like(v) for r, v in zip(rs, vals)})
-            for vals in itertools.product(*[range(r.size) for r in rs])]
+  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. Ranges
+  already have the names they run as (a new name reorders every sum it is in), so the lanes are simplified once."""
+  def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
+    values = list(itertools.product(*[range(r.size) for r in rs]))
+    copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)
+    for x in u.toposort:
+      if x not in copies and any(s in copies for s in x.src):
+        copies[x] = [x.replace(src=src) for src in zip(*[copies.get(s, [s] * n) for s in x.src])]
+    return copies.get(u, [u] * n)
   tile = bool(ranges(sink, AxisType.UPCAST))
   def unroll(u:UOp) -> UOp|None:
     rs = [r for r in u.src[1:] if r.kind is AxisType.UNROLL]
@@ -1608,7 +1613,7 @@ def expand(sink:UOp) -> UOp:
   return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST))))
 
 def to_gpu(sink:UOp) -> UOp:
-  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The lanes are simplified
+  """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The kernel is simplified
   before store_once asks which thread ids a stored value uses."""
   for step in (fit_grid, share_reductions, thread_ids, simplify, store_once): sink = step(sink)
   return sink
@@ -1709,15 +1714,19 @@ def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, 
   """Four float sums (or maxes) that differ only in which lane of the same float4s they read are one float4 sum: one
   vector multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
   tile into float4 accumulators and a plain sum's unrolled lanes into one."""
+  reduces = [u for u in us if u.arg in ops & {Ops.ADD, Ops.MAX} and u.dtype == dtypes.float]
+  values = UOp(Ops.SINK, None, tuple(u.src[0] for u in reduces))
+  erased = substitute(values, {g: g.replace(arg=0) for g in values.toposort if g.op is Ops.GEP}).src  # all at once
   alike: dict[tuple, list[UOp]] = defaultdict(list)  # (op, the value with every lane index erased) -> its reduces
-  for u in us:
-    if u.arg in ops & {Ops.ADD, Ops.MAX} and u.dtype == dtypes.float:
-      erased = substitute(u.src[0], {g: g.replace(arg=0) for g in u.src[0].toposort if g.op is Ops.GEP})
-      alike[(u.arg, erased)].append(u)
+  for u, shape in zip(reduces, erased): alike[(u.arg, shape)].append(u)
+  geps: dict[UOp, tuple] = {}  # the GEPs each value reads, in its toposort's order: its sources' in turn, then it
+  for x in values.toposort:
+    geps[x] = tuple(dict.fromkeys(g for s in x.src for g in geps[s])) + ((x,) if x.op is Ops.GEP else ())
   out, merged = [], set()
   for group in alike.values():
-    lanes = sorted(group, key=lambda u: tuple(g.arg for g in u.src[0].toposort if g.op is Ops.GEP))
-    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
+    if len(group) != 4: continue
+    lanes = sorted(group, key=lambda u: tuple(g.arg for g in geps[u.src[0]]))
+    if (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, lanes[0].arg), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
