@@ -1632,7 +1632,7 @@ def vectorize(sink:UOp) -> UOp:
     us = [u for u in us if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and
           (u.op is Ops.STORE or u.dtype == dtypes.float)]
     lanes = [sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % 4 for u in us]
-    bases = simplify(UOp(Ops.SINK, None, tuple(u.addr + -lane for u, lane in zip(us, lanes)))).src  # all at once
+    bases = [_base(u.addr, lane) for u, lane in zip(us, lanes)]
     found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
     for u, lane, base in zip(us, lanes, bases):
       if base.const_factor() % 4 == 0: found[(u.buf, base, u.gate)][lane] = u
@@ -1648,6 +1648,14 @@ def vectorize(sink:UOp) -> UOp:
     vec = UOp(Ops.LOAD, dtypes.float.vec(4), (buf, base)).gated(g)
     loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(4)})
   return substitute(sink, loads)
+
+def _base(addr:UOp, lane:int) -> UOp:
+  """addr - lane, as simplify makes it, without a rewrite: a simplified address holds its constant as the last term of
+  its sum, and the lane is that constant mod 4 (a lane other than 0: there is one)."""
+  if lane == 0: return addr
+  if addr.op is Ops.CONST: return addr.const_like(addr.arg - lane)
+  rest, c = addr.src
+  return rest if c.arg == lane else rest + (c.arg - lane)
 
 def to_accumulators(sink:UOp, vector_alu:bool) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
