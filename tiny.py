@@ -1695,9 +1695,8 @@ def _vector_sums(us:list[UOp], rs:tuple) -> list[tuple[UOp, list]]:
     geps[x] = tuple(dict.fromkeys(g for s in x.src for g in geps[s])) + ((x,) if x.op is Ops.GEP else ())
   out, merged = [], set()
   for group in alike.values():
-    if len(group) != 4: continue
     lanes = sorted(group, key=lambda u: tuple(g.arg for g in geps[u.src[0]]))
-    if (vec := _as_vector([u.src[0] for u in lanes])) is not None:
+    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes])) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, Ops.ADD), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
