@@ -1669,7 +1669,7 @@ def vectorize(sink:UOp, ops:frozenset[Ops]) -> UOp:
     us = [u for u in us if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and
           (u.op is Ops.STORE or u.dtype == dtypes.float)]
     lanes = [sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % 4 for u in us]
-    bases = simplify(UOp(Ops.SINK, None, tuple(u.addr + -lane for u, lane in zip(us, lanes)))).src  # all at once
+    bases = [_base(u.addr, lane) for u, lane in zip(us, lanes)]
     found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
     for u, lane, base in zip(us, lanes, bases):
       if base.const_factor() % 4 == 0: found[(u.buf, base, u.gate)][lane] = u
@@ -1685,6 +1685,14 @@ def vectorize(sink:UOp, ops:frozenset[Ops]) -> UOp:
     stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
     for i in range(1, 4): stores.remove(lanes[i])
   return sink.replace(src=tuple(stores))
+
+def _base(addr:UOp, lane:int) -> UOp:
+  """addr - lane, as simplify makes it, without a rewrite: a simplified address holds its constant as the last term of
+  its sum, and the lane is that constant mod 4 (a lane other than 0: there is one)."""
+  if lane == 0: return addr
+  if addr.op is Ops.CONST: return addr.const_like(addr.arg - lane)
+  rest, c = addr.src
+  return rest if c.arg == lane else rest + (c.arg - lane)
 
 def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
@@ -1724,9 +1732,8 @@ def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, 
     geps[x] = tuple(dict.fromkeys(g for s in x.src for g in geps[s])) + ((x,) if x.op is Ops.GEP else ())
   out, merged = [], set()
   for group in alike.values():
-    if len(group) != 4: continue
     lanes = sorted(group, key=lambda u: tuple(g.arg for g in geps[u.src[0]]))
-    if (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
+    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, lanes[0].arg), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
