@@ -1719,9 +1719,9 @@ def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
   return substitute(sink, done)
 
 def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, list]]:
-  """Four float sums (or maxes) that differ only in which lane of the same float4s they read are one float4 sum: one
-  vector multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a matmul's register
-  tile into float4 accumulators and a plain sum's unrolled lanes into one."""
+  """Four float sums (or maxes) that differ only in which lane of the same float4s they read are one float4 sum (or
+  max): one vector multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a
+  matmul's register tile into float4 accumulators and a plain sum's unrolled lanes into one."""
   reduces = [u for u in us if u.arg in ops & {Ops.ADD, Ops.MAX} and u.dtype == dtypes.float]
   values = UOp(Ops.SINK, None, tuple(u.src[0] for u in reduces))
   erased = substitute(values, {g: g.replace(arg=0) for g in values.toposort if g.op is Ops.GEP}).src  # all at once
@@ -1747,7 +1747,7 @@ def _as_vector(xs:list[UOp], ops:frozenset[Ops], memo:dict) -> UOp|None:
     lanes = stack[-1]
     if lanes in memo: stack.pop(); continue
     x = lanes[0]
-    if x.dtype not in (dtypes.float, dtypes.int, dtypes.bool): memo[lanes] = None  # the 4-lane types dialects have
+    if x.dtype.vec(4) not in vec4s: memo[lanes] = None  # the 4-lane types dialects have
     elif all(u.op is Ops.GEP and u.src[0] is x.src[0] and u.arg == k for k, u in enumerate(lanes)):
       memo[lanes] = x.src[0]
     elif all(u is x for u in lanes): memo[lanes] = UOp(Ops.VECTORIZE, x.dtype.vec(4), lanes)
@@ -1989,23 +1989,24 @@ def _vector(ctx:Names, dtype:DType, items:list[str]) -> str:
 
 # 4-lane vectors in C (the CPU dialect's vector ops): C has no ?: on vectors, so a select is bitwise on a mask (a
 # comparison's lanes are -1 or 0), int math runs on the unsigned bits (which wrap), and a cast is a conversion
-def _select(ctx:Names, mask:str, a:str, b:str, dtype:DType) -> str:
+def _select(mask:str, a:str, b:str, dtype:DType) -> str:
   if dtype.scalar != dtypes.float: return f"(({a}&{mask})|({b}&~{mask}))"
   return f"((float4)(((int4)({a})&{mask})|((int4)({b})&~{mask})))"
 def _vector_max(ctx:Names, a:UOp, b:UOp, dtype:DType) -> str:  # nan wins, as in python_alu
   x, y = ctx[a], ctx[b]
-  return _select(ctx, f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
+  return _select(f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
 def _vector_cast(ctx:Names, u:UOp) -> str:
   x, to = ctx[u.src[0]], ctx.types[u.dtype]
   if u.dtype.scalar == dtypes.bool: return f"({x}!=0)"
   if u.src[0].dtype.scalar == dtypes.bool: x = f"(-{x})"  # a mask's true is -1
   return f"__builtin_convertvector({x}, {to})"
-def _unsigned(ctx:Names, u:UOp) -> str:
-  return f"((int4){ctx.code_for_op[u.op](*[f'(uint4){ctx[s]}' for s in u.src[:1]], *[ctx[s] for s in u.src[1:]])})" \
-    if u.op is Ops.SHL else f"((int4){ctx.code_for_op[u.op](*[f'(uint4){ctx[s]}' for s in u.src])})"
+def _unsigned(ctx:Names, u:UOp) -> str:  # int4 + * - << on the unsigned bits (a shift's amount stays as it is)
+  srcs = [f"(uint4){ctx[s]}" for s in u.src]
+  if u.op is Ops.SHL: srcs[1] = ctx[u.src[1]]
+  return f"((int4){ctx.code_for_op[u.op](*srcs)})"
 vec4s = tuple(d.vec(4) for d in (dtypes.float, dtypes.int, dtypes.bool))
 vector_rules = [
-  (UPat(Ops.WHERE, dtype=vec4s, name="u"), lambda ctx, u: _select(ctx, *[ctx[s] for s in u.src], u.dtype)),
+  (UPat(Ops.WHERE, dtype=vec4s, name="u"), lambda ctx, u: _select(*[ctx[s] for s in u.src], u.dtype)),
   (UPat(Ops.MAX, dtype=vec4s, src=(UPat.var("a"), UPat.var("b")), name="u"),
     lambda ctx, u, a, b: _vector_max(ctx, a, b, u.dtype)),
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL), dtype=dtypes.int.vec(4), name="u"), _unsigned),
@@ -2052,15 +2053,14 @@ c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dt
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
            dtypes.float.vec(4): "float4", dtypes.int.vec(4): "int4", dtypes.bool.vec(4): "int4"}  # (a mask: true is -1)
 
-# GCC/Clang vector extensions compute these lane by lane: operators, and selects, casts and bits as _vector_rules says
+# GCC/Clang vector extensions compute these lane by lane: operators, and selects, casts and bits as vector_rules says
 c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
                           Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.CAST, Ops.BITCAST})
 
 # C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give float4
 CPU = Renderer(
-  "CPU", has_local=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}", launch_params=(),
-  ids={},
-  lanes=("[0]", "[1]", "[2]", "[3]"), vector="({type}){{{items}}}", types=c_types,
+  "CPU", has_local=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
+  launch_params=(), ids={}, lanes=("[0]", "[1]", "[2]", "[3]"), vector="({type}){{{items}}}", types=c_types,
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
