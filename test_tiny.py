@@ -1446,6 +1446,17 @@ def test_second_process_neither_lowers_nor_compiles(tmp_path):
   row = [0.5] * 3
   assert_close(eval(runs[0].stdout), [row] * 5)
 
+def test_a_kernels_source_does_not_depend_on_what_was_lowered_before(monkeypatch):
+  x = Tensor([[float(i * 7 % 5 - j) for j in range(37)] for i in range(13)])
+  w = Tensor([[float((i + j) % 3) for j in range(11)] for i in range(37)])
+  asts = [item.ast for item in tiny.schedule([(x.softmax(-1) @ w).permute(1, 0)])]
+  for device in ("CPU", "CUDA", "METAL"):
+    sources = set()
+    for first in (0, 7, 95, 995):  # range ids that cross a power of ten inside one kernel
+      monkeypatch.setattr(tiny, "range_ids", itertools.count(first))
+      sources.add(tuple(tiny.lower(ast, tiny.Device.target(device)).src for ast in asts))
+    assert len(sources) == 1, device
+
 def test_a_damaged_program_entry_is_lowered_again(tmp_path):
   script = "from tiny import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 5 - 0.5).tolist())"
   assert run_python(script, tmp_path, DEVICE="CPU").stdout == "[4.5, 9.5, 14.5]\n"

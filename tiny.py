@@ -263,8 +263,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for u in self._sources:  # sources first, so a long chain doesn't recurse
       if "key" not in u.__dict__: u.__dict__["key"] = u._key()
     return self._key()
-  def _key(self) -> tuple:
-    return (self.op is Ops.CONST, self.op.value, repr(self.dtype), repr(self.arg), tuple(s.key for s in self.src))
+  def _key(self) -> tuple:  # ranges by when they were made (as text, id 10 would come before id 9)
+    arg = self.arg.id if self.op is Ops.RANGE else repr(self.arg)
+    return (self.op is Ops.CONST, self.op.value, repr(self.dtype), arg, tuple(s.key for s in self.src))
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
 
   # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate])
@@ -1880,10 +1881,9 @@ class Renderer:
     for u in uops:
       if u.op in (Ops.PARAM, Ops.SPECIAL): names[u] = u.arg.name
       if u.op is Ops.PARAM or u.op is Ops.SPECIAL and u.kind not in self.ids: continue  # an argument
-      if u.op is Ops.DEFINE_LOCAL: names[u] = f"temp{u.arg.id}"
       if u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC: names[u] = names[u.buf]; continue  # the value: its variable
       if u.op is Ops.BARRIER: names[u] = names[u.buf]  # shared memory, as it is after the barrier
-      if u.op in (Ops.RANGE, Ops.DEFINE_ACC): names[u] = fresh(_prefixes[u.op])
+      if u.op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL): names[u] = fresh(_prefixes[u.op])
       if (text := string_rules.rewrite(u, names)) is None:
         raise NotImplementedError(f"the {self.name} renderer has no rule for {u.op.name} of {u.dtype}")
       if u.op is Ops.END: depth -= 1
@@ -1898,7 +1898,8 @@ class Renderer:
       if u.op is Ops.RANGE: depth += 1
     return lines
 
-_prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.LOAD: "val", Ops.CAST: "cast", Ops.GEP: "gep"}
+_prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.DEFINE_LOCAL: "temp", Ops.LOAD: "val", Ops.CAST: "cast",
+             Ops.GEP: "gep"}
 _statements = {Ops.STORE, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.SPECIAL}
 
 def _fmt_const(ctx:Names, v, d:DType) -> str:
