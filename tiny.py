@@ -11,7 +11,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
-  value = os.getenv(key) or str(default)
+  return setting(key, os.getenv(key) or str(default), least)
+@functools.lru_cache(maxsize=256)  # each read is parsed once
+def setting(key:str, value:str, least:int) -> int:
   try: n = int(value)
   except ValueError: n = least - 1  # not a number: as wrong as one too small
   if n < least: raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
@@ -113,6 +115,11 @@ class Ops(IntEnum):
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
   AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
 
+# Python 3.11 looks up every attribute of an Enum class through EnumType's __getattr__ hook, 0.1 us each (3.12 has no
+# hook), and passes ask for ops all the time: the members, on a plain class of the same name
+def plain(enum:type) -> type: return type(enum.__name__, (), dict(enum.__members__))
+Ops = plain(Ops)
+
 class GroupOp:
   ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX,
          Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
@@ -124,6 +131,7 @@ class AxisType(Enum):
   """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes. A kernel's name lists its
   axes in this order."""
   THREAD = auto(); GLOBAL = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto(); UNROLL = auto()
+AxisType = plain(AxisType)
 
 class Axis(NamedTuple):  # a RANGE's arg
   id: int  # every range of the process has its own: ranges of different kernels never merge
@@ -1187,7 +1195,7 @@ class Tensor:
 class ScheduleItem:
   ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list                   # outputs first, then inputs, in PARAM order: Buffers (or, in a plan, Slot BUFFERs)
-  outs: dict[UOp, UOp]         # computed node -> the buffer view that holds it once this kernel has run
+  outs: dict                   # computed node (in a plan, its row) -> the buffer view that holds it once this has run
   @property
   def empty(self) -> bool: return all(b.size == 0 for b in self.bufs[:len(self.ast.src)])  # its outputs hold nothing
 
@@ -1195,50 +1203,63 @@ def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (all on one device), in the order they must run: planned once for each
   structure of graph (its ops, shapes, dtypes, constants, and which of its buffers are the same), then bound to this
   graph's buffers. A constant is part of the structure: a new value is a new kernel, compiled once."""
-  sink, buffers, nodes = structure([t.uop for t in tensors], tensors[0].device)
-  return bind(plan(sink), buffers, nodes, sink.arg)
+  key, buffers, nodes = structure([t.uop for t in tensors], tensors[0].device)
+  if (items := plans.get(key)) is None:
+    if len(plans) >= 4096: plans.pop(next(iter(plans)), None)  # bounded: the plan made first goes first
+    items = plans[key] = plan(key, nodes)
+  return bind(items, buffers, nodes, tensors[0].device)
 
 class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer it stands for is bound
   index: int
   size: int
 
-def structure(roots:list[UOp], device:str) -> tuple[UOp, list[Buffer], dict[UOp, UOp]]:
-  """The graph as a plan sees it, in one walk: each buffer it reads is a Slot, numbered in the order the walk meets
-  them, and a result realized before is read from its buffer (the walk stops there). Graphs of one structure make the
-  same sink (nodes are hash-consed), whatever buffers they hold. Also returned: the buffers by slot, and each planned
-  node's own node."""
+def structure(roots:list[UOp], device:str) -> tuple[tuple, list[Buffer], list[UOp]]:
+  """The graph as a plan sees it, in one walk that builds no nodes: a row for each node, its sources by row number.
+  A buffer it reads is a Slot, numbered in the order the walk meets them, and a result realized before is read from
+  its buffer (the walk stops there). Graphs of one structure have equal rows, whatever buffers they hold: the rows
+  are the plan's key. Also returned: the buffers by slot, and the nodes by row."""
   slots: dict[Buffer, int] = {}
   def slot(b:Buffer) -> Slot: return Slot(slots.setdefault(b, len(slots)), b.size)
-  memo: dict[UOp, UOp] = {}  # node -> planned node
+  rows, nodes, row = [], [], {}  # row: node -> its row number
   stack = list(roots)
   while stack:
     u = stack.pop()
-    if u in memo: continue
-    if u.op is Ops.BUFFER: memo[u] = UOp(Ops.BUFFER, u.dtype, (), slot(u.arg))
-    elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
-      memo[u] = view.rebind(slot(view.src[0].arg))  # a view of a buffer: read from memory
-    elif todo := [s for s in u.src if s not in memo]: stack += [u, *todo]
-    else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
-  return UOp(Ops.SINK, None, tuple(memo[r] for r in roots), device), list(slots), {p: u for u, p in memo.items()}
+    if u in row: continue
+    if (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
+      rows.append((Ops.BUFFER, view.dtype, slot(view.src[0].arg), view.arg))  # a view of a buffer: read from memory
+    elif todo := [s for s in u.src if s not in row]:
+      stack += [u, *todo]
+      continue
+    else: rows.append((u.op, u.dtype, _key(u.arg), *[row[s] for s in u.src]))
+    row[u] = len(nodes)
+    nodes.append(u)
+  return (device, *rows, tuple(row[r] for r in roots)), list(slots), nodes
 
-@functools.lru_cache(maxsize=4096)
-def plan(sink:UOp) -> list[ScheduleItem]:
-  """The kernels for every graph of this structure, over slots: the graph's own buffers first, then one for each
-  node stored to memory."""
-  split = sink
-  if any(u.op is Ops.REDUCE_AXIS for u in sink.toposort):  # (a walk over the whole graph: only where it can split)
-    split = rebuild(sink, lambda u, new: split_reduce(new, sink.arg) if u.op is Ops.REDUCE_AXIS else new)
+plans: dict[tuple, list[ScheduleItem]] = {}  # structure -> its kernels over slots
+
+def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
+  """The kernels for every graph of this structure (these nodes have it), over slots: the graph's own buffers first,
+  then one for each node stored to memory. What each kernel stores is named by its row."""
+  planned: list[UOp] = []
+  for r, u in zip(key[1:-1], nodes):
+    if r[0] is Ops.BUFFER: planned.append(UOp(Ops.VIEW, r[1], (UOp(Ops.BUFFER, r[1], (), r[2]),), r[3]))
+    else: planned.append(UOp(u.op, u.dtype, tuple(planned[i] for i in r[3:]), u.arg))
+  sink = split = UOp(Ops.SINK, None, tuple(planned[i] for i in key[-1]))
+  if any(u.op is Ops.REDUCE_AXIS for u in planned):
+    split = rebuild(sink, lambda u, new: split_reduce(new, key[0]) if u.op is Ops.REDUCE_AXIS else new)
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
-  first = sum(1 for u in sink.toposort if u.op is Ops.BUFFER)  # the graph's own: every one it has is read
+  first = len({r[2] for r in key[1:-1] if r[0] is Ops.BUFFER})  # the graph's own: every one is read
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
                   ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
   items = [_kernel(g, views) for g in group_outputs(reads, has_reduce)]
-  for item in items:  # a root that split_reduce rebuilt is held for the root it stands for
+  rows = {u: i for i, u in enumerate(planned)}
+  for item in items:  # a root that split_reduce rebuilt is held for the root it stands for; what is held, by row
     item.outs |= {root: item.outs[new] for root, new in zip(sink.src, split.src) if new in item.outs}
+    item.outs = {rows[u]: view for u, view in item.outs.items() if u in rows}
   return items
 
-def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:dict[UOp, UOp], device:str) -> list[ScheduleItem]:
+def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
   """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
   made: dict[int, Buffer] = {}
   def buffer(b:UOp) -> Buffer:
@@ -1246,8 +1267,7 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:dict[UOp, UOp], d
     if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
     return made[b.arg.index]
   return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
-                       {nodes[p]: v.rebind(buffer(v.src[0])) for p, v in item.outs.items() if p in nodes})
-          for item in items]
+                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.outs.items()}) for item in items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
