@@ -782,6 +782,30 @@ def test_outputs_over_one_shape_share_one_kernel():
   assert_close(out2.tolist(), ref_ew(lambda *v: sum(v), *inputs[:2], inputs[3]))
   assert [t.tolist() for t in (a, b, c, d)] == inputs
 
+def test_dear_work_read_through_a_broadcast_is_stored_once():  # exp(x) would be computed once per column of w
+  x, w = rand_list((37, 53), 70), rand_list((53, 19), 71)
+  a, b = Tensor(x).realize(), Tensor(w).realize()
+  kernels = tiny.render(a.exp() @ b)
+  assert [k.name[0] for k in kernels] == ["E", "r"]
+  assert_close((a.exp() @ b).tolist(), ref_matmul(ref_ew(math.exp, x), w), rtol=1e-4)
+  kernels = tiny.render(a.softmax(-1) @ b)  # max, sum, the normalized rows (stored), the matmul
+  assert [k.name[0] for k in kernels] == ["r", "r", "E", "r"]
+  assert_close((a.softmax(-1) @ b).tolist(), ref_matmul(ref_softmax(x, 1), w), rtol=1e-4)
+
+def test_cheap_work_is_recomputed_where_it_is_read():
+  a, b, w = realized((37, 53), (37, 53), (53, 3))
+  assert len(tiny.render((a + 1) @ w)) == 1  # one add per 3 reads: cheaper than storing
+  t = a + b
+  assert len(tiny.render(t.sum(0), t.sum(1))) == 2  # read by two kernels of different shapes, computed in each
+  assert len(tiny.render(a.exp() * 2)) == 1  # dear, but read once
+
+def test_debug2_says_why_each_kernel_stores(monkeypatch, capsys):
+  a, w = realized((37, 53), (53, 19))
+  monkeypatch.setenv("DEBUG", "2")
+  (a.exp() @ w).realize()
+  lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("***")]
+  assert [line[4] for line in lines] == ["dear", "output"]
+
 def test_render_describes_kernels_without_running_them():
   a, b = realized((3, 7), (3, 7))
   t = a * b

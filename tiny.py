@@ -1196,6 +1196,7 @@ class ScheduleItem:
   ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list                   # outputs first, then inputs, in PARAM order: Buffers (or, in a plan, Slot BUFFERs)
   outs: dict                   # computed node (in a plan, its row) -> the buffer view that holds it once this has run
+  why: str                     # why its outputs are stored (kernel_outputs' words), for DEBUG=2
   @property
   def empty(self) -> bool: return all(b.size == 0 for b in self.bufs[:len(self.ast.src)])  # its outputs hold nothing
 
@@ -1252,7 +1253,7 @@ def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
   first = len({r[2] for r in key[1:-1] if r[0] is Ops.BUFFER})  # the graph's own: every one is read
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
                   ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
-  items = [_kernel(g, views) for g in group_outputs(reads, has_reduce)]
+  items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
   rows = {u: i for i, u in enumerate(planned)}
   for item in items:  # a root that split_reduce rebuilt is held for the root it stands for; what is held, by row
     item.outs |= {root: item.outs[new] for root, new in zip(sink.src, split.src) if new in item.outs}
@@ -1267,7 +1268,7 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device
     if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
     return made[b.arg.index]
   return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
-                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.outs.items()}) for item in items]
+                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.outs.items()}, item.why) for item in items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
@@ -1293,24 +1294,38 @@ def split_reduce(r:UOp, device:str) -> UOp:
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
 
-def kernel_outputs(sink:UOp) -> tuple[set[UOp], dict[UOp, bool]]:
-  """The nodes stored to memory: the outputs, contiguous(), and a reduce that would otherwise be recomputed: one read
-  by several consumers, broadcast back over its reduced axes (softmax's max and sum), or reduced again. And for
-  each node, whether its kernel holds a reduce."""
+# What one element of an op costs, in about one instruction: transcendentals and divisions are dear, other ALU ops 1,
+# views and loads nothing. Writing an element and reading it back costs STORE: memory moves a float in about the time
+# the cores do 30 operations on it.
+costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
+STORE = 32
+
+def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
+  """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
+  recomputed (one read by several consumers, broadcast back over its reduced axes as softmax's max and sum, or reduced
+  again), and work dearer to recompute than to store (read through a broadcast, each element is computed once per
+  copy: exp(x) in x.exp() @ w, once per output column). And for each node, whether its kernel holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
-  realize: set[UOp] = {u for u in sink.src if not _whole_buffer(u)}
-  realize |= {u for u in order if u.op is Ops.CONTIGUOUS}
+  realize = {u: "output" for u in sink.src if not _whole_buffer(u)}
+  realize |= {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
   has_reduce: dict[UOp, bool] = {}
+  cost: dict[UOp, int] = {}  # of one element, with what it fuses: the sources that aren't stored
   for u in order:
     has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
-    if has_reduce[u] and u.op is not Ops.SINK and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
-       (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize.add(u)
+    cost[u] = (costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
+    if u in realize or u.op is Ops.SINK: continue
+    if has_reduce[u] and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
+                          (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
+    elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE: realize[u] = "dear"
   return realize, has_reduce
 
-def kernel_inputs(sink:UOp, realize:set[UOp]) -> dict[UOp, list[UOp]]:
+def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
+  return max(1, prod(c.shape) // max(1, prod(u.shape))) if c.op is Ops.VIEW and _expands(c.arg) else 1
+
+def kernel_inputs(sink:UOp, realize:dict[UOp, str]) -> dict[UOp, list[UOp]]:
   """For each stored node, in the order they are made, the stored nodes its kernel reads."""
   reads: dict[UOp, list[UOp]] = {}
   for r in (u for u in sink.toposort if u in realize):
@@ -1335,12 +1350,13 @@ def group_outputs(reads:dict[UOp, list[UOp]], has_reduce:dict[UOp, bool]) -> lis
     else: joinable[0].append(r)
   return groups
 
-def _kernel(outs:list[UOp], views:dict[UOp, UOp]) -> ScheduleItem:
+def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str]) -> ScheduleItem:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
-  return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs})
+  return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs},
+                      ",".join(dict.fromkeys(why[o] for o in outs)))
 
 @dataclass
 class KernelContext:
@@ -2486,8 +2502,8 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
       tm = launch(wait=wait or debug >= 2)
       if debug >= 2:
         flops, mem = launch.prog.info
-        print(f"*** {item.bufs[0].device:6s} {i:4d} {launch.prog.name:30s} arg {len(item.bufs):2d} tm {tm*1e6:9.2f}us "
-              f"({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
+        print(f"*** {item.bufs[0].device:6s} {i:4d} {launch.prog.name:30s} {item.why:10s} arg {len(item.bufs):2d} "
+              f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
       total += tm or 0.0
     remember(item.outs)
   return total
