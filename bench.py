@@ -267,8 +267,8 @@ class Peer:
   sync: Callable = lambda: None              # wait for the device
   ops: dict = field(default_factory=dict)    # where the peer spells an op differently from OPS
 
-def peer(p:Peer, op:str, arrays:list):
-  xs, fn = [p.put(a) for a in arrays], p.ops.get(op, OPS[op])
+def peer(p:Peer, fn:Callable, arrays:list):
+  xs = [p.put(a) for a in arrays]
   def run():
     start = time.perf_counter()
     y = p.finish(fn(*xs))
@@ -367,11 +367,56 @@ def bench(row:Row, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
   elif row.jit: makers = {"realize": lambda: tiny_jit(fn, ins, dev), "python": lambda: tiny_jit_python(fn, ins)}
   else: makers = {"tiny": lambda: tiny_kernel(fn, ins, row.scalar)} if fn else {}  # the peak's copy has no tiny
   makers["baseline"] = lambda: hand(plan(row.op, row.shape, ins, out, dev), out, wall=row.realize or row.jit)
-  makers |= {p.name: functools.partial(peer, p, row.op, arrays) for p in peers}
+  makers |= {p.name: functools.partial(peer, p, p.ops.get(row.op, OPS[row.op]), arrays) for p in peers}
   result = measure(makers, want, reps, budget)
   if fn:
     with noopt(row.scalar): result["kernels"] = [p.name for p in render(fn(*ins))]
   return result
+
+# Whole programs, where the scheduler decides what to store: tiny's realize() of the program beside the same work
+# with its dear part stored first (exp(x), then the matmul) or beside its matmuls alone (the MLP), and the peers
+# that spell the program as tiny does. Each result is checked against the program run one op at a time.
+
+def mlp(x, w1, w2, w3): return (((x @ w1).relu() @ w2).relu() @ w3).log_softmax(-1)
+def mlp_stepwise(x, w1, w2, w3):
+  for w in (w1, w2): x = (x @ w).realize().relu().realize()
+  return (x @ w3).realize().log_softmax(-1)
+
+@dataclass
+class Program:
+  name: str
+  shapes: list[tuple]
+  fn: Callable
+  baseline: Callable  # tensors -> the steps tiny times instead: each a tensor, or a function of the last result
+  stepwise: Callable  # the program one op at a time: what the results are checked against
+
+PROGRAMS = [
+  Program("x.exp() @ w, vs stored", [(256, 1000), (1000, 64)], lambda x, w: x.exp() @ w,
+          lambda x, w: [x.exp(), lambda e: e @ w], lambda x, w: x.exp().realize() @ w),
+  Program("MLP fwd, vs its matmuls", [(256, 784), (784, 512), (512, 512), (512, 10)], mlp,
+          lambda x, w1, w2, w3: [x @ w1, lambda h: h @ w2, lambda h: h @ w3], mlp_stepwise),
+]
+
+def program_row(prog:Program, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
+  ins = [(Tensor.rand(*s, device=dev) - 0.5).realize() for s in prog.shapes]
+  checked = prog.stepwise(*ins).realize()
+  want = dict(enumerate(flat(checked)[:64]))
+  def timed(steps):  # each step realized before the next starts
+    start, out = time.perf_counter(), None
+    for step in steps: out = (step(out) if callable(step) else step).realize()
+    Device[dev].runtime.synchronize()
+    return time.perf_counter() - start, out
+  makers = {"tiny": lambda: lambda: timed([prog.fn(*ins)]),
+            "baseline": lambda: lambda: (timed(prog.baseline(*ins))[0], checked)}  # (the matmuls alone: no result)
+  arrays = [t.numpy() for t in ins] if peers else []
+  makers |= {p.name: functools.partial(peer, p, prog.fn, arrays) for p in peers if p.name != "numpy"}
+  r = measure(makers, want, reps, budget)
+  tiny, base = r["tiny"], r["baseline"]
+  return {"name": prog.name, "size": "x".join(map(str, prog.shapes[0])), "shape": prog.shapes[0], "bytes": 0,
+          "flops": 0, "tiny": tiny, "baseline": base, "seconds": {p.name: "—" for p in peers} | r,
+          "gb_per_s": None, "gflop_per_s": None, "pct_peak": None, "python_seconds": None,
+          "vs_baseline": tiny / base if isinstance(tiny, float) and isinstance(base, float) else None,
+          "kernels": [k.name for k in render(prog.fn(*ins))]}
 
 # The first call of a program in a new process: with an empty disk cache, everything is lowered and compiled; with a
 # warm one (the same program run before), nothing is. Each in its own interpreter, timed from inside it.
@@ -466,6 +511,10 @@ def main():
   for i, row in enumerate(rows):
     progress(f"[{i+1}/{len(rows)}] {row.name} {row.size}")
     results.append(summary(row, bench(row, dev, peers, reps, budget), peak))
+  if not args.quick:
+    for prog in PROGRAMS:
+      progress(prog.name)
+      results.append(program_row(prog, dev, peers, reps, budget))
   progress("first calls in a new process")
   results += first_calls(dev, peers)
   progress("")
