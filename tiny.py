@@ -1309,8 +1309,8 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
-  realize = {u: "output" for u in sink.src if not _whole_buffer(u)}
-  realize |= {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
+  realize = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
+  realize |= {u: "output" for u in sink.src if not _whole_buffer(u)}
   has_reduce: dict[UOp, bool] = {}
   cost: dict[UOp, int] = {}  # of one element, with what it fuses: the sources that aren't stored
   for u in order:
