@@ -1268,7 +1268,8 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device
     if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
     return made[b.arg.index]
   return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
-                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.outs.items()}, item.why) for item in items]
+                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.outs.items()}, item.why)
+          for item in items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
@@ -1295,10 +1296,10 @@ def split_reduce(r:UOp, device:str) -> UOp:
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
 
 # What one element of an op costs, in about one instruction: transcendentals and divisions are dear, other ALU ops 1,
-# views and loads nothing. Writing an element and reading it back costs STORE: memory moves a float in about the time
-# the cores do 30 operations on it.
-costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
-STORE = 32
+# views and loads nothing. Writing an element and reading it back costs STORE_COST: memory moves a float in about the
+# time the cores do 30 operations on it.
+alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
+STORE_COST = 32
 
 def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
@@ -1315,11 +1316,11 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   cost: dict[UOp, int] = {}  # of one element, with what it fuses: the sources that aren't stored
   for u in order:
     has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
-    cost[u] = (costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
+    cost[u] = (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
     if u in realize or u.op is Ops.SINK: continue
     if has_reduce[u] and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
                           (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
-    elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE: realize[u] = "dear"
+    elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
   return realize, has_reduce
 
 def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
