@@ -1262,15 +1262,15 @@ def _expands(st:ShapeTracker) -> bool:
 
 def split_reduce(r:UOp, device:str) -> UOp:
   """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
-  contiguous chunk of a multiple of four of the device's vectors (vector loads, unrolled), then their combine. One
-  kernel would be one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's
-  identity."""
+  contiguous chunk of a multiple of four of the device's vectors, or one, or 4 elements (vector loads, unrolled), then
+  their combine. One kernel would be one block of threads: a sliver of a GPU. A size with no such split is padded with
+  the reduction's identity (which gates every load: no vectors)."""
   (op, axes), x = r.arg, Tensor(r.src[0], device=device)
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < 2**15 or prod(kept) >= 256: return r
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-  unit = 4 * Device.target(device).width
-  parts = next((p for p in range(256, 63, -1) if size % (unit * p) == 0), 256)
+  w = Device.target(device).width
+  unit, parts = next(((u, p) for u in (4 * w, w, 4) for p in range(256, 63, -1) if size % (u * p) == 0), (4 * w, 256))
   x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
