@@ -2150,6 +2150,20 @@ def test_the_cpu_device_lowers_at_the_width_its_compiler_targets(monkeypatch, tm
   monkeypatch.setattr(tiny.Device, "opened", {})  # a CPU device opened anew, with this compiler
   assert tiny.Device.target("CPU").width == width and tiny.Device.target("CUDA").width == 4
 
+def test_a_program_on_disk_is_lowered_again_at_another_width(monkeypatch, tmp_path):
+  """A cache shared by machines of different widths: the width is part of a lowered program's key."""
+  monkeypatch.setenv("TINY_CACHE", str(tmp_path))
+  item, = tiny.schedule([Tensor.empty(64, device="CPU") + 1])
+  target = tiny.Device.target
+  for width in (16, 4, 16):
+    monkeypatch.setattr(tiny.Device, "target", lambda name: target(name)._replace(width=width))
+    monkeypatch.setattr(tiny, "program_cache", {})
+    assert f"float{width} " in tiny.to_program(item.ast, "CPU").src
+  assert len(list(tmp_path.glob("*.json"))) == 2
+
+def test_cpu_buffers_start_at_a_64_byte_boundary():  # where a float16 access may assume one
+  assert all(ctypes.addressof(tiny.Device["CPU"].runtime.alloc(n)) % 64 == 0 for n in (0, 1, 100, 4099, 2**20))
+
 @pytest.fixture(params=[4, 8, 16], ids=lambda w: f"width{w}")
 def cpu_width(request, monkeypatch) -> int:
   """CPU kernels lowered at this width, whatever this CPU's own: a compiler splits a vector wider than its registers,
