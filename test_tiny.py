@@ -5,7 +5,7 @@ odd, non-square shapes, so that tails, masks, strides and broadcasts all get exe
 first, so a reference sees exactly the numbers the kernel sees.
 """
 import array, concurrent.futures, contextlib, ctypes, ctypes.util, dataclasses, gc, hashlib, itertools, math, operator, os
-import random, re, shutil, struct, subprocess, sys, textwrap, threading, time
+import functools, random, re, shutil, struct, subprocess, sys, textwrap, threading, time
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
 import pytest
@@ -412,7 +412,7 @@ def test_reduction_matches_reference(name, shape, axis, keepdim):
 
 @pytest.mark.parametrize("shape", [(7, 4099), (4096, 1027), (3, 40_003)])
 def test_long_rows_reduce_in_vector_accumulators_by_their_own_op(shape):
-  """Rows long enough for float4 accumulators: each keeps its reduce's op and identity (all negative: a sum from 0
+  """Rows long enough for vector accumulators: each keeps its reduce's op and identity (all negative: a sum from 0
   would show), and a nan in a row wins its max."""
   x = rand_list(shape, 11, -9.0, -1.0)
   x[1][shape[1] // 2] = math.nan
@@ -1435,14 +1435,14 @@ def test_noopt_changes_the_kernel_but_not_the_values(tmp_path):
   script = """
     import tiny
     from tiny import Tensor
-    a, b = Tensor([float(i) for i in range(16)]).realize(), Tensor([0.5] * 16).realize()
+    a, b = Tensor([float(i) for i in range(32)]).realize(), Tensor([0.5] * 32).realize()
     print("NAME", tiny.render(a + b)[0].name)
-    print("VALUES", (a + b).tolist(), (a.reshape(2, 8) * b.reshape(2, 8)).sum(axis=1).tolist())
-  """
+    print("VALUES", (a + b).tolist(), (a.reshape(2, 16) * b.reshape(2, 16)).sum(axis=1).tolist())
+  """  # 32 elements: two vectors at the CPU's widest, so NOOPT's one loop differs by name at every width
   runs = [run_python(script, tmp_path, NOOPT=noopt).stdout for noopt in ("0", "1")]
   names = [out.split("NAME ", 1)[1].split()[0] for out in runs]
   assert all(n.startswith("E_") for n in names) and names[0] != names[1], runs
-  want = f"VALUES {[i + 0.5 for i in range(16)]} {[sum(range(8)) / 2, sum(range(8, 16)) / 2]}"
+  want = f"VALUES {[i + 0.5 for i in range(32)]} {[sum(range(16)) / 2, sum(range(16, 32)) / 2]}"
   assert all(want in out for out in runs), runs
 
 def test_second_process_reuses_compiled_kernels(tmp_path):
@@ -2139,7 +2139,7 @@ def test_a_cache_hit_writes_nothing_into_the_cache_folder(tmp_path):
 FAKE_CC = """#!/bin/sh
 case "$*" in
   *--version*) echo "fakecc $FAKE_VERSION";;
-  *-dM*) echo "#define __FAKE_TARGET__ $FAKE_TARGET";;
+  *-dM*) echo "#define $FAKE_TARGET 1";;
 esac
 """
 
@@ -2151,8 +2151,106 @@ def test_the_cache_key_names_the_compilers_file_and_version_and_the_real_target(
     for var, value in (("CC", str(tmp_path / cc)), ("FAKE_VERSION", version), ("FAKE_TARGET", target)):
       monkeypatch.setenv(var, value)
     return tiny.CPURuntime().compiler_id
-  keys = [key("cc", "1", "avx2"), key("cc", "1", "avx512"), key("cc", "2", "avx2"), key("cc2", "1", "avx2")]
-  assert len(set(keys)) == 4 and keys[0] == key("cc", "1", "avx2")  # -march=native in each: the target tells them apart
+  keys = [key("cc", "1", "__AVX2__"), key("cc", "1", "__AVX512F__"), key("cc", "2", "__AVX2__"),
+          key("cc2", "1", "__AVX2__")]
+  assert len(set(keys)) == 4 and keys[0] == key("cc", "1", "__AVX2__")  # -march=native in each: the target differs
+
+# ------------------------------------------------------------------------------------------------------------------
+# the CPU's vector width: what its compiler targets, and the same values at every width
+
+AVX512 = "#define __AVX512F__ 1\n#define __AVX2__ 1\n#define __AVX__ 1\n#define __SSE2__ 1\n"
+@pytest.mark.parametrize("macros, width", [(AVX512, 16), (AVX512.split("\n", 1)[1], 8), ("#define __AVX__ 1\n", 8),
+                                           ("#define __SSE2__ 1\n", 4), ("#define __ARM_NEON 1\n", 4), ("", 4)],
+                         ids=["avx512", "avx2", "avx", "sse2", "neon", "none"])
+def test_the_cpu_vector_width_comes_from_the_compilers_macros(macros, width):
+  assert tiny.vector_width(macros) == width
+
+@pytest.mark.parametrize("macro, width", [("__AVX512F__", 16), ("__AVX__", 8), ("__SSE2__", 4)])
+def test_the_cpu_device_lowers_at_the_width_its_compiler_targets(monkeypatch, tmp_path, macro, width):
+  (tmp_path / "cc").write_text(FAKE_CC)
+  (tmp_path / "cc").chmod(0o755)
+  for var, value in (("CC", str(tmp_path / "cc")), ("FAKE_VERSION", "1"), ("FAKE_TARGET", macro)):
+    monkeypatch.setenv(var, value)
+  monkeypatch.setattr(tiny.Device, "opened", {})  # a CPU device opened anew, with this compiler
+  assert tiny.Device.target("CPU").width == width and tiny.Device.target("CUDA").width == 4
+
+def test_a_program_on_disk_is_lowered_again_at_another_width(monkeypatch, tmp_path):
+  """A cache shared by machines of different widths: the width is part of a lowered program's key."""
+  monkeypatch.setenv("TINY_CACHE", str(tmp_path))
+  item, = tiny.schedule([Tensor.empty(64, device="CPU") + 1])
+  target = tiny.Device.target
+  for width in (16, 4, 16):
+    monkeypatch.setattr(tiny.Device, "target", lambda name: target(name)._replace(width=width))
+    monkeypatch.setattr(tiny, "program_cache", {})
+    assert f"float{width} " in tiny.to_program(item.ast, "CPU").src
+  assert len(list(tmp_path.glob("*.json"))) == 2
+
+def test_cpu_buffers_start_at_a_64_byte_boundary():  # where a float16 access may assume one
+  assert all(ctypes.addressof(tiny.Device["CPU"].runtime.alloc(n)) % 64 == 0 for n in (0, 1, 100, 4099, 2**20))
+
+@pytest.fixture(params=[4, 8, 16], ids=lambda w: f"width{w}")
+def cpu_width(request, monkeypatch) -> int:
+  """CPU kernels lowered at this width, whatever this CPU's own: a compiler splits a vector wider than its registers,
+  so every width compiles and runs on every machine, and each is checked on each."""
+  target = tiny.Device.target
+  monkeypatch.setattr(tiny.Device, "target",
+                      lambda name: target(name)._replace(width=request.param) if name == "CPU" else target(name))
+  monkeypatch.setattr(tiny, "program_cache", {})  # what was lowered at another width is not this
+  return request.param
+
+def poisoned_cpu(fn, *xs) -> Tensor:
+  """fn of CPU tensors of xs, into an output buffer that held NaNs: an element a kernel forgets to write shows."""
+  ts = [Tensor(x, device="CPU").realize() for x in xs]
+  out = fn(*ts)
+  poison = Tensor.full(out.shape, math.nan, device="CPU").realize()
+  del poison
+  gc.collect()
+  return out
+
+@functools.cache
+def big(n:int, seed:int) -> list[float]: return rand_list((n,), seed)
+
+# less than a vector, tails of every width, and rows (a row broadcast down them) that only a narrower vector fills
+@pytest.mark.parametrize("shape", [(5,), (37,), (1003,), (1_000_003,), (7, 1000), (3, 36)])
+def test_elementwise_at_every_cpu_width(cpu_width, shape):
+  a = big(shape[0], 140) if len(shape) == 1 else rand_list(shape, 140)
+  b = big(shape[-1], 141)
+  out = poisoned_cpu(lambda x, y: x * y + x.maximum(y) - 1, a, b)
+  lanes = cpu_width if len(shape) == 1 else max(w for w in (4, 8, 16) if w <= cpu_width and shape[-1] % w == 0)
+  assert shape[-1] < lanes or f"float{lanes} " in tiny.render(out)[0].src
+  want = [f32(x * y) + max(x, y) - 1 for x, y in zip(flat(a), b * (math.prod(shape) // len(b)))]
+  assert_close(flat(out.tolist()), want, atol=1e-5)
+
+# split in two, odd rows, four vectors, rows a narrower vector fills
+@pytest.mark.parametrize("shape", [(1_000_003,), (7, 4099), (3, 1024), (5, 96), (3, 1000)])
+def test_sum_and_max_at_every_cpu_width(cpu_width, shape):
+  x = big(shape[0], 142) if len(shape) == 1 else rand_list(shape, 142)
+  assert_close(poisoned_cpu(lambda t: t.sum(axis=-1), x).tolist(), ref_reduce(math.fsum, x, -1), rtol=1e-4, atol=1e-4)
+  assert poisoned_cpu(lambda t: t.max(axis=-1), x).tolist() == ref_reduce(max, x, -1)
+
+@pytest.mark.parametrize("m, k, n", [(37, 29, 71), (20, 33, 128), (8, 64, 64)])  # odd; a register tile at any width
+def test_matmul_at_every_cpu_width(cpu_width, m, k, n):
+  a, b = rand_list((m, k), 143), rand_list((k, n), 144)
+  assert_close(poisoned_cpu(lambda x, y: x @ y, a, b).tolist(), matmul2d(a, b), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("shape", [(37,), (5, 37), (3, 1024)])
+def test_softmax_at_every_cpu_width(cpu_width, shape):
+  x = rand_list(shape, 145, -9.0, 9.0)
+  assert_close(poisoned_cpu(lambda t: t.softmax(-1), x).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
+
+def test_exp_and_log_at_every_cpu_width(cpu_width):
+  x = rand_list((1003,), 146, -20.0, 20.0)  # exp(x) is exp2(x*log2(e)): the product's rounding, times |x*log2(e)|
+  assert_close(poisoned_cpu(Tensor.exp, x).tolist(), [math.exp(v) for v in x], rtol=4e-6, atol=0)
+  y = [abs(v) + 1e-30 for v in x]
+  assert_close(poisoned_cpu(Tensor.log, y).tolist(), [math.log(f32(v)) for v in y], rtol=1e-6, atol=1e-7)
+
+def test_ints_and_selects_at_every_cpu_width(cpu_width):
+  i, j, x = rand_ints((1003,), 147, -2**31, 2**31 - 1), rand_ints((1003,), 148, -9, 40), rand_list((1003,), 149)
+  def wrap(v): return (v + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps; a shift past the width shifts all out
+  want = [wrap(a * 3 + (a >> 2) - (a << b if 0 <= b < 32 else 0)) for a, b in zip(i, j)]
+  assert poisoned_cpu(lambda a, b: a * 3 + (a >> 2) - (a << b), i, j).tolist() == want
+  got = poisoned_cpu(lambda a, b, t: (a > b).where(t * 2, -t) + (t < 0).where(1.0, t.cast(dtypes.int)), i, j, x)
+  assert_close(got.tolist(), [(2 * v if a > b else -v) + (1.0 if v < 0 else int(v)) for a, b, v in zip(i, j, x)])
 
 def test_cc_may_carry_arguments(monkeypatch, tmp_path):
   monkeypatch.setenv("CC", f"{os.getenv('CC', 'cc')} -DANSWER=42")
@@ -2263,12 +2361,12 @@ def run_uops(uops: list, *bufs: bytearray) -> list[bytearray]:
     *bufs, global_size=(1,), local_size=(1,))
   return list(bufs)
 
-def test_an_emulated_access_past_a_buffers_float4s_raises_naming_the_kernel():
-  out = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), tiny.Param(0, 5))  # 5 floats, whose allocation holds 8
-  for at in (8, -1):
+def test_an_emulated_access_past_a_buffers_whole_vectors_raises_naming_the_kernel():
+  out = tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), tiny.Param(0, 5))  # 5 floats, whose allocation holds 16
+  for at in (16, -1):
     store = tiny.UOp(tiny.Ops.STORE, None, (out, tiny.UOp.const(dtypes.int, at), tiny.UOp.const(dtypes.float, 1.0)))
     with pytest.raises(IndexError, match=f"hand_built: store at {at} is outside a buffer of 5"):
-      run_uops([out, store.src[1], store.src[2], store], bytearray(64))  # 64 bytes: checked against 5, not these
+      run_uops([out, store.src[1], store.src[2], store], bytearray(128))  # 128 bytes: checked against 5, not these
 
 def test_emulated_lanes_past_the_logical_end_load_nan_and_store_nothing():
   out, src = [tiny.UOp(tiny.Ops.PARAM, dtypes.float, (), tiny.Param(slot, 5)) for slot in (0, 1)]
@@ -2439,10 +2537,11 @@ def test_jit_refuses_to_read_an_earlier_output_it_was_not_given():
     step(Tensor([1.0, 1.0, 1.0]))
 
 # ------------------------------------------------------------------------------------------------------------------
-# rendered source, pinned: a change to what a kernel looks like in any dialect shows here first
+# rendered source, pinned: a change to what a kernel looks like in any dialect shows here first. The CPU's at a width
+# given, not this machine's: the same text on every machine.
 
-PINNED = {
-  ("add", "CPU"): """#include <math.h>
+PINNED = {  # (program, device, vector width) -> source
+  ("add", "CPU", 4): """#include <math.h>
 typedef float float4 __attribute__((vector_size(16)));
 void E_4_4(float* restrict data0, float* restrict data1, float* restrict data2) {
   for (int ridx0 = 0; ridx0 < 4; ridx0++) {
@@ -2452,7 +2551,14 @@ void E_4_4(float* restrict data0, float* restrict data1, float* restrict data2) 
     *((float4*)(data0+alu0)) = (val0+val1);
   }
 }""",
-  ("add", "CUDA"): """#define INFINITY (__int_as_float(0x7f800000))
+  ("add", "CPU", 16): """#include <math.h>
+typedef float float16 __attribute__((vector_size(64)));
+void E_16(float* restrict data0, float* restrict data1, float* restrict data2) {
+  float16 val0 = *((float16*)(data2+0));
+  float16 val1 = *((float16*)(data1+0));
+  *((float16*)(data0+0)) = (val0+val1);
+}""",
+  ("add", "CUDA", 4): """#define INFINITY (__int_as_float(0x7f800000))
 #define NAN (__int_as_float(0x7fffffff))
 extern "C" __global__ void __launch_bounds__(4) E_4_4(float* data0, float* data1, float* data2) {
   int lidx0 = threadIdx.x; /* 4 */
@@ -2461,7 +2567,7 @@ extern "C" __global__ void __launch_bounds__(4) E_4_4(float* data0, float* data1
   float4 val1 = *((float4*)(data1+alu0));
   *((float4*)(data0+alu0)) = make_float4((val0.x+val1.x),(val0.y+val1.y),(val0.z+val1.z),(val0.w+val1.w));
 }""",
-  ("add", "METAL"): """#include <metal_stdlib>
+  ("add", "METAL", 4): """#include <metal_stdlib>
 using namespace metal;
 kernel void E_4_4(device float* data0, device float* data1, device float* data2, uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
   int lidx0 = lid.x; /* 4 */
@@ -2470,7 +2576,7 @@ kernel void E_4_4(device float* data0, device float* data1, device float* data2,
   float4 val1 = *((device float4*)(data1+alu0));
   *((device float4*)(data0+alu0)) = (val0+val1);
 }""",
-  ("max", "CPU"): """#include <math.h>
+  ("max", "CPU", 4): """#include <math.h>
 void r_3_5(float* restrict data0, float* restrict data1) {
   for (int ridx0 = 0; ridx0 < 3; ridx0++) {
     float acc0 = (-INFINITY);
@@ -2481,7 +2587,7 @@ void r_3_5(float* restrict data0, float* restrict data1) {
     *(data0+ridx0) = acc0;
   }
 }""",
-  ("max", "CUDA"): """#define INFINITY (__int_as_float(0x7f800000))
+  ("max", "CUDA", 4): """#define INFINITY (__int_as_float(0x7f800000))
 #define NAN (__int_as_float(0x7fffffff))
 extern "C" __global__ void __launch_bounds__(4) r_3_4_2(float* data0, float* data1) {
   int gidx0 = blockIdx.x; /* 3 */
@@ -2510,7 +2616,7 @@ extern "C" __global__ void __launch_bounds__(4) r_3_4_2(float* data0, float* dat
   float val5 = *(tempN+0);
   if ((lidx0==0)) { *(data0+gidx0) = val5; }
 }""",
-  ("where", "CPU"): """#include <math.h>
+  ("where", "CPU", 4): """#include <math.h>
 void E_3(int* restrict data0, int* restrict data1) {
   for (int ridx0 = 0; ridx0 < 3; ridx0++) {
     int val0 = *(data1+ridx0);
@@ -2527,10 +2633,11 @@ def pinned_program(name: str) -> Tensor:
   i = Tensor.empty(3, dtype="int")
   return (i > 2).where(i << 3, -1)
 
-@pytest.mark.parametrize("name, device", PINNED)
-def test_rendered_kernel_is_pinned(name, device):
-  prog, = tiny.render(pinned_program(name), device=device)
-  assert re.sub(r"temp\d+", "tempN", prog.src) == PINNED[(name, device)]
+@pytest.mark.parametrize("name, device, width", PINNED)
+def test_rendered_kernel_is_pinned(name, device, width):
+  item, = tiny.schedule([pinned_program(name)])
+  prog = tiny.lower(item.ast, tiny.Device.target(device)._replace(width=width))
+  assert re.sub(r"temp\d+", "tempN", prog.src) == PINNED[(name, device, width)]
 
 # ------------------------------------------------------------------------------------------------------------------
 # every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced.

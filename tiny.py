@@ -1284,14 +1284,16 @@ def _expands(st:ShapeTracker) -> bool:
 
 def split_reduce(r:UOp, device:str) -> UOp:
   """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
-  contiguous chunk of a multiple of 16 elements (float4 loads, unrolled), then their combine. One kernel would be
-  one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity."""
+  contiguous chunk of a multiple of four of the device's vectors, or one, or 4 elements (vector loads, unrolled), then
+  their combine. One kernel would be one block of threads: a sliver of a GPU. A size with no such split is padded with
+  the reduction's identity (which gates every load: no vectors)."""
   (op, axes), x = r.arg, Tensor(r.src[0], device=device)
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < 2**15 or prod(kept) >= 256: return r
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-  parts = next((p for p in range(256, 63, -1) if size % (16 * p) == 0), 256)
-  x = x.pad(((0, 0),) * len(kept) + ((0, -size % (16 * parts)),), value=identity(op, x.dtype).arg)
+  w = Device.target(device).width
+  unit, parts = next(((u, p) for u in (4 * w, w, 4) for p in range(256, 63, -1) if size % (u * p) == 0), (4 * w, 256))
+  x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
 
@@ -1408,21 +1410,22 @@ class Program:
     d = json.loads(text)
     return Program(d["name"], d["src"], [], *(tuple(d[k]) for k in ("global_size", "local_size", "info")))
 
+widths = (4, 8, 16)  # lanes a vector may have: GPUs load float4s; a CPU's registers hold 4, 8 or 16 floats
+
 class Target(NamedTuple):
   """What lowering knows of a device: the dialect it renders, and the limits the device reports."""
   renderer: Renderer
   local_max: int  # threads a block may have, as the device reports (1: no blocks)
   cores: int      # CPU threads a kernel may be split across (THREADS, or every core)
+  width: int      # lanes of its vectors, one of widths
   @property
   def has_local(self) -> bool: return self.renderer.has_local
 
 def lower(ast:UOp, target:Target) -> Program:
   sink = optimize(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates)), target)
   name = kernel_name(sink)
-  for step in (to_gpu if target.has_local else to_cpu, expand, simplify,
-               functools.partial(vectorize, ops=target.renderer.vector_ops),
-               functools.partial(to_accumulators, ops=target.renderer.vector_ops), simplify, add_loops,
-               narrow_index):
+  for step in (to_gpu if target.has_local else to_cpu, expand, simplify, functools.partial(vectorize, dev=target),
+               functools.partial(to_accumulators, dev=target), simplify, add_loops, narrow_index):
     sink = step(sink)
   uops = linearize(sink)
   bufs = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)  # all, read or not
@@ -1557,13 +1560,13 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
-  # the last lanes of an upcast run past the end: buffers are allocated to a multiple of 4 elements, so an access
-  # at 4-aligned base + lane stays inside its allocation and needs no gate (its float4 stays whole)
-  spare = (lambda u: _aligned(u.addr, inner)) if opt.kind is AxisType.UPCAST else lambda u: False
+  # the last lanes of an upcast (one vector: see heuristic) run past the end: buffers are allocated in whole vectors of
+  # the widest width, so an access at an aligned base + lane stays inside its allocation and needs no gate
+  spare = (lambda u: _aligned(u.addr, inner, opt.amount)) if opt.kind is AxisType.UPCAST else lambda u: False
   return simplify(gate(sink, expr < n, {outer, inner}, spare))
 
-def _aligned(addr:UOp, lane:UOp) -> bool:
-  return lane in addr.terms() and all(t.const_factor() % 4 == 0 for t in addr.terms() if t is not lane)
+def _aligned(addr:UOp, lane:UOp, width:int) -> bool:
+  return lane in addr.terms() and all(t.const_factor() % width == 0 for t in addr.terms() if t is not lane)
 
 def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
@@ -1576,7 +1579,7 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   return rebuild(sink, add)
 
 def heuristic(sink:UOp, dev:Target) -> list[Opt]:
-  """Hand-coded opts, in tinygrad's spirit: float4 on the contiguous output axis, a block-wide reduction when the
+  """Hand-coded opts, in tinygrad's spirit: vectors on the contiguous output axis, a block-wide reduction when the
   output is too small to fill the GPU or each output reads a long row of its own (a row softmax: a thread per row
   would read rows apart, uncoalesced), unrolled reduce loops, and blocks of threads on the output."""
   opts: list[Opt] = []
@@ -1586,17 +1589,23 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
   if dev.has_local and red and (out_size <= 2048 or rows):
     return [Opt(AxisType.GROUP, red[-1], min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1)))]
-  if not red and glob and glob[-1].size >= 4 and (glob[-1].size % 4 == 0 or len(glob) == 1) and \
-     _unit_stride(sink, glob[-1]):
-    opts.append(Opt(AxisType.UPCAST, glob[-1], 4))  # a tail past the end is safe only with no next row to run into
+  w = dev.width
+  if not red and glob and _unit_stride(sink, glob[-1]):
+    # a vector a step, the last past the end (safe only with no next row to run into), or as wide as the rows fill
+    if amount := w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev):
+      opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
-    # on the CPU the contiguous axis takes 16: four float4s, a whole cache line of each row it reads
-    n = 16 if not dev.has_local and r is glob[-1] and r.size % 16 == 0 and _unit_stride(sink, r) else 4
+    # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
+    n = 4 * w if not dev.has_local and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) else 4
     if len(opts) < 2 and r.size % n == 0 and _reused(sink, r): opts.append(Opt(AxisType.UPCAST, r, n))
-  if red:  # a CPU sum unrolled by 16 keeps four float4 accumulators: four adds in flight, not one waiting on the last
-    amount = 16 if not dev.has_local and not opts and red[-1].size % 16 == 0 else 4
-    if red[-1].size % amount == 0: opts.append(Opt(AxisType.UNROLL, red[-1], amount))
+  if red:  # a CPU sum unrolled by four vectors keeps four vector accumulators: four adds in flight, not one by one
+    n = red[-1].size
+    amount = 4 if dev.has_local or opts else 4 * w if n % (4 * w) == 0 else _filled(n, dev)
+    if amount and n % amount == 0: opts.append(Opt(AxisType.UNROLL, red[-1], amount))
   return opts
+
+def _filled(n:int, dev:Target) -> int:  # the widest vector, up to the device's, that n elements fill (0: none)
+  return next((v for v in reversed(widths) if v <= dev.width and n % v == 0), 0)
 
 def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
   return any(u.op is Ops.LOAD and u.buf.op is Ops.PARAM and r not in u.addr.toposort for u in sink.toposort)
@@ -1625,7 +1634,7 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 2: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
-# ranges on GPUs, reductions become accumulators, and four lanes at consecutive addresses become one float4 access.
+# ranges on GPUs, reductions become accumulators, and a vector's lanes at consecutive addresses become one access.
 
 def expand(sink:UOp) -> UOp:
   """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
@@ -1699,40 +1708,44 @@ def to_cpu(sink:UOp) -> UOp:
   thread = ThreadId(AxisType.THREAD, 0)
   return substitute(sink, {r: r.replace(op=Ops.SPECIAL, arg=thread) for r in ranges(sink, AxisType.THREAD)})
 
-def vectorize(sink:UOp, ops:frozenset[Ops]) -> UOp:
-  """Four float loads (or stores) of one buffer at base+0..3, with base a multiple of 4 and one gate, become one
-  16-byte access: each thread issues one load instruction instead of four. A float4 store's four values, where they
-  are alike, are computed as one vector expression in the dialect's vector ops."""
-  def groups(us:list[UOp]) -> dict:  # (buffer, 4-aligned base, gate) -> {lane: access}, for the whole float4s
+def vectorize(sink:UOp, dev:Target) -> UOp:
+  """w float loads (or stores) of one buffer at base+0..w-1, with base a multiple of w and one gate, become one vector
+  access, w the widest of the widths up to the device's that they fill: one load instruction instead of w (a float4
+  on a GPU: 16 bytes a thread). A vector store's values, where they are alike, are computed as one vector expression
+  in the dialect's vector ops."""
+  def groups(us:list[UOp], w:int) -> dict:  # (buffer, w-aligned base, gate) -> {lane: access}, for the whole vectors
     us = [u for u in us if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and
-          (u.op is Ops.STORE or u.dtype == dtypes.float)]
-    lanes = [sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % 4 for u in us]
+          (u.value if u.op is Ops.STORE else u).dtype == dtypes.float]
+    lanes = [sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % w for u in us]
     bases = [_base(u.addr, lane) for u, lane in zip(us, lanes)]
     found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
     for u, lane, base in zip(us, lanes, bases):
-      if base.const_factor() % 4 == 0: found[(u.buf, base, u.gate)][lane] = u
-    return {k: v for k, v in found.items() if len(v) == 4}
-  loads = {}
-  for (buf, base, g), lanes in groups([u for u in sink.toposort if u.op is Ops.LOAD]).items():
-    vec = UOp(Ops.LOAD, dtypes.float.vec(4), (buf, base)).gated(g)
-    loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(4)})
-  stores, memo = list((sink := substitute(sink, loads)).src), {}
-  for (buf, base, g), lanes in groups(stores).items():
-    values = [lanes[i].value for i in range(4)]
-    value = _as_vector(values, ops, memo) or UOp(Ops.VECTORIZE, dtypes.float.vec(4), tuple(values))
-    stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
-    for i in range(1, 4): stores.remove(lanes[i])
-  return sink.replace(src=tuple(stores))
+      if base.const_factor() % w == 0: found[(u.buf, base, u.gate)][lane] = u
+    return {k: v for k, v in found.items() if len(v) == w}
+  for w in [w for w in reversed(widths) if w <= dev.width]:
+    loads = {}
+    for (buf, base, g), lanes in groups([u for u in sink.toposort if u.op is Ops.LOAD], w).items():
+      vec = UOp(Ops.LOAD, dtypes.float.vec(w), (buf, base)).gated(g)
+      loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(w)})
+    stores, memo = list((sink := substitute(sink, loads)).src), {}
+    for (buf, base, g), lanes in groups(stores, w).items():
+      values = [lanes[i].value for i in range(w)]
+      value = _as_vector(values, dev.renderer.vector_ops, memo) or \
+        UOp(Ops.VECTORIZE, dtypes.float.vec(w), tuple(values))
+      stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
+      for i in range(1, w): stores.remove(lanes[i])
+    sink = sink.replace(src=tuple(stores))
+  return sink
 
 def _base(addr:UOp, lane:int) -> UOp:
   """addr - lane, as simplify makes it, without a rewrite: a simplified address holds its constant as the last term of
-  its sum, and the lane is that constant mod 4 (a lane other than 0: there is one)."""
+  its sum, and the lane is that constant mod the width (a lane other than 0: there is one)."""
   if lane == 0: return addr
   if addr.op is Ops.CONST: return addr.const_like(addr.arg - lane)
   rest, c = addr.src
   return rest if c.arg == lane else rest + (c.arg - lane)
 
-def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
+def to_accumulators(sink:UOp, dev:Target) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
   every output loop, so it starts again for each output element."""
@@ -1741,7 +1754,7 @@ def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   for rs, us in groups.items():
-    work = _vector_sums(us, rs, ops) if ops else [(u, [(u, None)]) for u in us]
+    work = _vector_sums(us, rs, dev) if dev.renderer.vector_ops else [(u, [(u, None)]) for u in us]
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
             for i, (r, _) in enumerate(work)]
@@ -1756,10 +1769,12 @@ def to_accumulators(sink:UOp, ops:frozenset[Ops]) -> UOp:
       done.update({u: total if lane is None else UOp(Ops.GEP, u.dtype, (total,), lane) for u, lane in outs})
   return substitute(sink, done)
 
-def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, list]]:
-  """Four float sums (or maxes) that differ only in which lane of the same float4s they read are one float4 sum (or
-  max): one vector multiply-add a step instead of four (where the dialect has vector arithmetic). This turns a
-  matmul's register tile into float4 accumulators and a plain sum's unrolled lanes into one."""
+def _vector_sums(us:list[UOp], rs:tuple, dev:Target) -> list[tuple[UOp, list]]:
+  """w float sums (or maxes) that differ only in which lane of the same vectors they read, w a width up to the
+  device's, are one vector sum (or max): one vector multiply-add a step instead of w (where the dialect has vector
+  arithmetic). This turns a matmul's register tile into vector accumulators and a plain sum's unrolled lanes into
+  several."""
+  ops = dev.renderer.vector_ops
   reduces = [u for u in us if u.arg in ops & {Ops.ADD, Ops.MAX} and u.dtype == dtypes.float]
   values = UOp(Ops.SINK, None, tuple(u.src[0] for u in reduces))
   erased = substitute(values, {g: g.replace(arg=0) for g in values.toposort if g.op is Ops.GEP}).src  # all at once
@@ -1771,24 +1786,25 @@ def _vector_sums(us:list[UOp], rs:tuple, ops:frozenset[Ops]) -> list[tuple[UOp, 
   out, merged = [], set()
   for group in alike.values():
     lanes = sorted(group, key=lambda u: tuple(g.arg for g in geps[u.src[0]]))
-    if len(lanes) == 4 and (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
+    if len(lanes) in widths and len(lanes) <= dev.width and \
+       (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
       out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, lanes[0].arg), [(u, k) for k, u in enumerate(lanes)]))
       merged.update(lanes)
   return out + [(u, [(u, None)]) for u in us if u not in merged]
 
 def _as_vector(xs:list[UOp], ops:frozenset[Ops], memo:dict) -> UOp|None:
-  """The 4-lane vector expression whose lane k is xs[k]: lanes of one vector stay that vector, a value every lane
+  """The vector expression whose lane k is xs[k]: lanes of one vector stay that vector, a value every lane
   shares is broadcast, and an op in `ops` (the dialect's vector ops) applies lane by lane where the lanes are the same
   op. None if the xs are not alike. Iterative (long elementwise chains); memo holds lane tuples already made."""
   stack = [tuple(xs)]
   while stack:
     lanes = stack[-1]
     if lanes in memo: stack.pop(); continue
-    x = lanes[0]
-    if x.dtype.vec(4) not in vec4s: memo[lanes] = None  # the 4-lane types dialects have
+    x, vec = lanes[0], lanes[0].dtype.vec(len(lanes))
+    if vec not in vector_types: memo[lanes] = None  # the vector types dialects have
     elif all(u.op is Ops.GEP and u.src[0] is x.src[0] and u.arg == k for k, u in enumerate(lanes)):
       memo[lanes] = x.src[0]
-    elif all(u is x for u in lanes): memo[lanes] = UOp(Ops.VECTORIZE, x.dtype.vec(4), lanes)
+    elif all(u is x for u in lanes): memo[lanes] = UOp(Ops.VECTORIZE, vec, lanes)
     elif x.op not in ops or _guarded(x) or any(u.op is not x.op or u.arg != x.arg or u.dtype != x.dtype for u in lanes):
       memo[lanes] = None
     elif todo := [s for s in zip(*[u.src for u in lanes]) if s not in memo]:
@@ -1796,7 +1812,7 @@ def _as_vector(xs:list[UOp], ops:frozenset[Ops], memo:dict) -> UOp|None:
       continue
     else:
       srcs = [memo[s] for s in zip(*[u.src for u in lanes])]
-      memo[lanes] = None if None in srcs else UOp(x.op, x.dtype.vec(4), tuple(srcs), x.arg)
+      memo[lanes] = None if None in srcs else UOp(x.op, vec, tuple(srcs), x.arg)
     stack.pop()
   return memo[tuple(xs)]
 
@@ -1879,13 +1895,13 @@ class Renderer:
   """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
   name: str
   has_local: bool      # blocks of threads with shared memory (a GPU), or loops (the CPU)
-  vector_ops: frozenset[Ops]  # ops it computes lane by lane on 4-wide vectors (CUDA's float4 has none)
+  vector_ops: frozenset[Ops]  # ops it computes lane by lane on vectors (CUDA's float4 has none)
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
   param: str           # one buffer parameter: its {type} and {name}
   launch_params: tuple[str, ...]  # parameters every kernel takes after its buffers
   ids: dict[AxisType, str]        # the variable a block's or a thread's index is read from
-  lanes: tuple[str, ...]          # lane k of a float4 value
-  vector: str                     # a float4 value from its {items}
+  lanes: tuple[str, ...]          # lane k of a vector value, for each lane its vectors may have
+  vector: str                     # a vector value of {type} from its {items}
   types: dict[DType, str]
   suffixes: dict[DType, str]      # of int literals
   code_for_op: dict[Ops, Callable]
@@ -2025,33 +2041,35 @@ def _store(ctx:Names, u:UOp) -> str:
 def _vector(ctx:Names, dtype:DType, items:list[str]) -> str:
   return ctx.vector.format(type=ctx.types[dtype], items=",".join(items))
 
-# 4-lane vectors in C (the CPU dialect's vector ops): C has no ?: on vectors, so a select is bitwise on a mask (a
+# Vectors in C (the CPU dialect's vector ops): C has no ?: on vectors, so a select is bitwise on a mask (a
 # comparison's lanes are -1 or 0), int math runs on the unsigned bits (which wrap), and a cast is a conversion
-def _select(mask:str, a:str, b:str, dtype:DType) -> str:
+def _select(ctx:Names, mask:str, a:str, b:str, dtype:DType) -> str:
   if dtype.scalar != dtypes.float: return f"(({a}&{mask})|({b}&~{mask}))"
-  return f"((float4)(((int4)({a})&{mask})|((int4)({b})&~{mask})))"
+  bits = f"({ctx.types[dtypes.int.vec(dtype.count)]})"
+  return f"(({ctx.types[dtype]})(({bits}({a})&{mask})|({bits}({b})&~{mask})))"
 def _vector_max(ctx:Names, a:UOp, b:UOp, dtype:DType) -> str:  # nan wins, as in python_alu
   x, y = ctx[a], ctx[b]
-  return _select(f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
+  return _select(ctx, f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
 def _vector_cast(ctx:Names, u:UOp) -> str:
   x, to = ctx[u.src[0]], ctx.types[u.dtype]
   if u.dtype.scalar == dtypes.bool: return f"({x}!=0)"
   if u.src[0].dtype.scalar == dtypes.bool: x = f"(-{x})"  # a mask's true is -1
   return f"__builtin_convertvector({x}, {to})"
-def _unsigned(ctx:Names, u:UOp) -> str:  # int4 + * - << on the unsigned bits (a shift's amount stays as it is)
-  srcs = [f"(uint4){ctx[s]}" for s in u.src]
+def _unsigned(ctx:Names, u:UOp) -> str:  # int vector + * - << on the unsigned bits (a shift's amount stays as it is)
+  srcs = [f"({ctx.types[dtypes.uint32.vec(u.dtype.count)]}){ctx[s]}" for s in u.src]
   if u.op is Ops.SHL: srcs[1] = ctx[u.src[1]]
-  return f"((int4){ctx.code_for_op[u.op](*srcs)})"
-vec4s = tuple(d.vec(4) for d in (dtypes.float, dtypes.int, dtypes.bool))
+  return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*srcs)})"
+int_vectors = tuple(dtypes.int.vec(n) for n in widths)
+vector_types = tuple(d.vec(n) for d in (dtypes.float, dtypes.int, dtypes.bool) for n in widths)  # lanes as one value
 vector_rules = [
-  (UPat(Ops.WHERE, dtype=vec4s, name="u"), lambda ctx, u: _select(*[ctx[s] for s in u.src], u.dtype)),
-  (UPat(Ops.MAX, dtype=vec4s, src=(UPat.var("a"), UPat.var("b")), name="u"),
+  (UPat(Ops.WHERE, dtype=vector_types, name="u"), lambda ctx, u: _select(ctx, *[ctx[s] for s in u.src], u.dtype)),
+  (UPat(Ops.MAX, dtype=vector_types, src=(UPat.var("a"), UPat.var("b")), name="u"),
     lambda ctx, u, a, b: _vector_max(ctx, a, b, u.dtype)),
-  (UPat((Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL), dtype=dtypes.int.vec(4), name="u"), _unsigned),
-  (UPat(Ops.SHR, dtype=dtypes.int.vec(4), name="u"), lambda ctx, u: f"({ctx[u.src[0]]}>>{ctx[u.src[1]]})"),
-  (UPat(Ops.CAST, dtype=vec4s, name="u"), _vector_cast),
-  (UPat(Ops.BITCAST, dtype=vec4s, name="u"), lambda ctx, u: f"(({ctx.types[u.dtype]})({ctx[u.src[0]]}))"),
-  (UPat(Ops.VECTORIZE, dtype=dtypes.bool.vec(4), name="u"),
+  (UPat((Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL), dtype=int_vectors, name="u"), _unsigned),
+  (UPat(Ops.SHR, dtype=int_vectors, name="u"), lambda ctx, u: f"({ctx[u.src[0]]}>>{ctx[u.src[1]]})"),
+  (UPat(Ops.CAST, dtype=vector_types, name="u"), _vector_cast),
+  (UPat(Ops.BITCAST, dtype=vector_types, name="u"), lambda ctx, u: f"(({ctx.types[u.dtype]})({ctx[u.src[0]]}))"),
+  (UPat(Ops.VECTORIZE, dtype=tuple(dtypes.bool.vec(n) for n in widths), name="u"),
     lambda ctx, u: f"(-{_vector(ctx, u.dtype, [ctx[s] for s in u.src])})"),  # 1 -> -1
 ]
 
@@ -2089,24 +2107,26 @@ string_rules = PatternMatcher(vector_rules + [
 
 c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
-           dtypes.float.vec(4): "float4", dtypes.int.vec(4): "int4", dtypes.bool.vec(4): "int4"}  # (a mask: true is -1)
+           **{d.vec(n): f"{name}{n}" for n in widths for d, name in  # a bool vector is a mask: true is -1
+              ((dtypes.float, "float"), (dtypes.int, "int"), (dtypes.uint32, "uint"), (dtypes.bool, "int"))}}
 
 # GCC/Clang vector extensions compute these lane by lane: operators, and selects, casts and bits as vector_rules says
 c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
                           Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.CAST, Ops.BITCAST})
 
-# C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give float4
+# C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give vectors
+# of any width, each declared where a kernel names it (float16 is 16 floats: C's half is _Float16)
 CPU = Renderer(
   "CPU", has_local=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
-  launch_params=(), ids={}, lanes=("[0]", "[1]", "[2]", "[3]"), vector="({type}){{{items}}}", types=c_types,
-  suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
+  launch_params=(), ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
+  types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
   approximates=frozenset({Ops.EXP2, Ops.LOG2}),
   buffer_prefix="", local_prefix="", barrier="",
   headers={None: ("#include <math.h>",),
-           **{f"{n}4": (f"typedef {t} {n}4 __attribute__((vector_size(16)));",)
-              for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint"))}})
+           **{f"{n}{w}": (f"typedef {t} {n}{w} __attribute__((vector_size({4 * w})));",)
+              for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
 CUDA = Renderer(
   "CUDA", has_local=True, vector_ops=frozenset(), kernel='extern "C" __global__ void __launch_bounds__({threads})',
@@ -2168,7 +2188,7 @@ def cache_dir() -> str:
 
 class CPURuntime:
   """Kernels compiled by the system C compiler into a shared library, called through ctypes."""
-  # -fno-tree-loop-vectorize: tiny vectorizes for itself (float4), and gcc 12 re-vectorizing a loop that reads
+  # -fno-tree-loop-vectorize: tiny vectorizes for itself, and gcc 12 re-vectorizing a loop that reads
   # backwards sums wrong (the sum of a [:, ::-1] view of 17x2 floats).
   flags = ["-O2", "-shared", "-fPIC", "-fno-math-errno", "-fno-tree-loop-vectorize"]
   kernel = ctypes.CFUNCTYPE(None)  # a void C function; ctypes passes each array it is called with as its address
@@ -2186,6 +2206,7 @@ class CPURuntime:
     target = native if native.returncode == 0 else self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
+    self.width = vector_width(target.stdout)
     self.pool = concurrent.futures.ThreadPoolExecutor(threads())
   def compiler(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
     return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
@@ -2222,11 +2243,18 @@ class CPURuntime:
   def alloc(self, nbytes:int):
     # a big buffer gets its own mapping, so freeing it gives its memory back to the system: malloc might keep it
     if nbytes >= 2**20: return (ctypes.c_uint8 * nbytes).from_buffer(mmap.mmap(-1, nbytes))
-    return (ctypes.c_uint8 * max(nbytes, 1))()
+    # a vector access may assume its vector's alignment, up to 64 bytes (16 floats), where malloc promises 16
+    raw = (ctypes.c_uint8 * (max(nbytes, 1) + 63))()
+    return (ctypes.c_uint8 * max(nbytes, 1)).from_buffer(raw, -ctypes.addressof(raw) % 64)
   def free(self, buf): pass
   def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
   def synchronize(self): pass
+
+def vector_width(macros:str) -> int:
+  """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
+  AVX-512, 8 with AVX, else 4 (SSE, NEON)."""
+  return next((w for macro, w in (("__AVX512F__", 16), ("__AVX__", 8)) if f"#define {macro} " in macros), 4)
 
 def _convert(d:DType, x):
   """A C cast: float to int truncates toward zero. Where C leaves it undefined, it saturates at the int type's limits,
@@ -2268,10 +2296,10 @@ class Thread:
   def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, DType, int]:
     """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
     size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
-    buffer's whole float4s (Buffer.allocated), shared memory's declared length."""
+    buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
     buf = u.buf.buf if u.buf.op is Ops.BARRIER else u.buf  # shared memory read after a barrier
     size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
-    if not 0 <= addr <= (size if shared else cdiv(size, 4) * 4) - lanes:
+    if not 0 <= addr <= (size if shared else padded(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
@@ -2412,11 +2440,13 @@ class _Device:
     if name not in self.kinds: raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.kinds)}")
     return name
   def target(self, name:str) -> Target:
-    """What lowering for a device needs: its dialect, and the block size the device reported once opened (before:
-    the 1024 threads every CUDA and Metal GPU allows)."""
-    renderer, local_max = self.kinds[name][0], 1
+    """What lowering for a device needs: its dialect, the block size a GPU reported once opened (before: the 1024
+    threads every CUDA and Metal GPU allows), and its vector width: a GPU's float4, or what the CPU's compiler
+    targets."""
+    renderer, local_max, width = self.kinds[name][0], 1, 4
     if renderer.has_local: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
-    return Target(renderer, local_max, threads())
+    else: width = self[name].runtime.width
+    return Target(renderer, local_max, threads(), width)
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
@@ -2434,6 +2464,8 @@ class _Device:
     return "CPU"
 Device = _Device()
 
+def padded(size:int) -> int: return cdiv(size, widths[-1]) * widths[-1]  # whole vectors of any width: see apply_opt
+
 class Buffer:
   """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
   def __init__(self, device:str, size:int, dtype:DType):
@@ -2441,7 +2473,7 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
-  def allocated(self) -> int: return cdiv(self.size, 4) * 4 * self.dtype.itemsize  # whole float4s: see apply_opt
+  def allocated(self) -> int: return padded(self.size) * self.dtype.itemsize
   @property
   def buf(self):
     if self._buf is None: self._buf = Device[self.device].alloc(self.allocated)
@@ -2467,7 +2499,8 @@ def to_program(ast:UOp, device:str) -> Program:
   key = (ast, device, getenv("NOOPT"))
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
-    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} NOOPT={key[2]}\n{text(ast)}".encode()
+    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} NOOPT={key[2]}\n" \
+             f"{text(ast)}".encode()
     runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep
     if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
       prog = lower(ast, target)
