@@ -195,7 +195,7 @@ def plan(op:str, shape:tuple, ins:list[Tensor], out:Tensor, dev:str) -> list:
 
 @contextlib.contextmanager
 def noopt(on:bool):
-  """NOOPT=1 lowers without opts: scalar loads, no float4. tiny reads it each time it looks up or lowers a kernel."""
+  """NOOPT=1 lowers without opts: scalar loads, no vectors. tiny reads it each time it looks up or lowers a kernel."""
   if on: os.environ["NOOPT"] = "1"
   try: yield
   finally:
@@ -323,7 +323,7 @@ def measure(makers:dict[str, Callable], want:dict[int, float], reps:int, budget:
   return out | {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}  # medians
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Rows, as the seeds measured them: 000's vector add, scalar vs float4, and its dispatch overhead; 002's VMA, sum and
+# Rows, as the seeds measured them: 000's vector add, scalar vs vectors, and its dispatch overhead; 002's VMA, sum and
 # softmax over sizes and its fixed cost per call; then a row softmax and matmuls.
 
 def label(n:int) -> str: return f"{n // 10**6}M" if n % 10**6 == 0 else f"{n // 1000}K" if n % 1000 == 0 else str(n)
@@ -348,7 +348,7 @@ class Row:
   def flops(self) -> int: return 2 * self.shape[0] ** 3 if self.op == "matmul" else 0
 
 def make_rows(sizes:list[int], quick:bool) -> list[Row]:
-  rows = [Row("add", (10**6,), "vector add, scalar", scalar=True), Row("add", (10**6,), "vector add, float4")]
+  rows = [Row("add", (10**6,), "vector add, scalar", scalar=True), Row("add", (10**6,), "vector add, vectors")]
   rows += [Row(op, (n,), name) for op, name in (("vma", "vma d=a*b+c"), ("sum", "sum"), ("softmax", "softmax"))
            for n in sizes]
   if not quick: rows.append(Row("softmax", (4096, 1024), "row softmax"))
