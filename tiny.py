@@ -1424,8 +1424,8 @@ class Target(NamedTuple):
 def lower(ast:UOp, target:Target) -> Program:
   sink = optimize(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates)), target)
   name = kernel_name(sink)
-  for step in (to_gpu if target.has_local else to_cpu, expand, simplify, functools.partial(vectorize, dev=target),
-               functools.partial(to_accumulators, dev=target), simplify, add_loops, narrow_index):
+  for step in (to_gpu if target.has_local else to_cpu, functools.partial(expand, dev=target), simplify,
+               to_accumulators, simplify, add_loops, narrow_index):
     sink = step(sink)
   uops = linearize(sink)
   bufs = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)  # all, read or not
@@ -1565,8 +1565,9 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   spare = (lambda u: _aligned(u.addr, inner, opt.amount)) if opt.kind is AxisType.UPCAST else lambda u: False
   return simplify(gate(sink, expr < n, {outer, inner}, spare))
 
-def _aligned(addr:UOp, lane:UOp, width:int) -> bool:
-  return lane in addr.terms() and all(t.const_factor() % width == 0 for t in addr.terms() if t is not lane)
+def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms without it, each a multiple of width
+  terms = addr.terms()
+  return lane in terms and all(t.const_factor() % width == 0 and lane not in t.toposort for t in terms if t is not lane)
 
 def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
@@ -1636,11 +1637,14 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 # Lowering, step 2: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
 # ranges on GPUs, reductions become accumulators, and a vector's lanes at consecutive addresses become one access.
 
-def expand(sink:UOp) -> UOp:
-  """An upcast/unroll range of n is n copies of the code with the range set to 0..n-1: the compiler sees lanes.
-  Unrolled lanes of a reduce each get an accumulator, combined after the loop: n independent chains of adds, not
-  one; with upcast outputs (a matmul tile, already many accumulators) the lanes combine inside the loop. Ranges
-  already have the names they run as (a new name reorders every sum it is in), so the lanes are simplified once."""
+def expand(sink:UOp, dev:Target) -> UOp:
+  """Upcast and unrolled ranges become lanes. The one most float loads and stores run along, from an aligned base,
+  becomes the lanes of vectors (as_vectors): one load, op or store for all of them. Any other upcast/unroll range of n
+  is n copies of the code with the range set to 0..n-1: the compiler sees lanes. Unrolled lanes of a reduce each get
+  an accumulator, combined after the loop: n independent chains of adds, not one; with upcast outputs (a matmul tile,
+  already many accumulators) the lanes combine inside the loop. Ranges already have the names they run as (a new name
+  reorders every sum it is in), so the copies are simplified once, after."""
+  if (vector := vector_range(sink, dev)) is not None: sink = as_vectors(*split_lanes(sink, *vector), dev.renderer)
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
     values = list(itertools.product(*[range(r.size) for r in rs]))
     copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)
@@ -1653,11 +1657,74 @@ def expand(sink:UOp) -> UOp:
     rs = [r for r in u.src[1:] if r.kind is AxisType.UNROLL]
     if not rs: return None
     rest, vals = tuple(r for r in u.src[1:] if r not in rs), lanes(u.src[0], rs)
-    def combine(xs:list[UOp]) -> UOp: return functools.reduce(lambda a, b: a.alu(u.arg, b), xs)
-    if not rest: return combine(vals)
-    return u.replace(src=(combine(vals),) + rest) if tile else combine([u.replace(src=(v,) + rest) for v in vals])
+    if not rest: return _combine(u.arg, vals)
+    if tile: return u.replace(src=(_combine(u.arg, vals),) + rest)
+    return _combine(u.arg, [u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
-  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST))))
+  # the newest range's copies outermost: in a matmul tile, the vectors of a row of b split from the lanes, each loaded
+  # once and used by every row of a before the next (the registers hold 4 of them, not all 16)
+  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST)[::-1])))
+
+def _combine(op:Ops, xs:list[UOp]) -> UOp: return functools.reduce(lambda a, b: a.alu(op, b), xs)
+
+def vector_range(sink:UOp, dev:Target) -> tuple[UOp, int]|None:
+  """The upcast (else unrolled) range that the most float loads and stores run along from an aligned base, those in
+  a reduce's loop first, and the widest width up to the device's that its size is a multiple of. None where no
+  access would be a vector."""
+  looped = {u for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort}
+  access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
+  def count(r:UOp, w:int) -> tuple[int, int]:
+    vectors = [u for u in access if _contiguous(u, r, w)]
+    return sum(u in looped for u in vectors), len(vectors)
+  found = [(count(r, w), r, w)
+           for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL) if (w := _filled(r.size, dev))]
+  best, r, w = max(found, key=lambda f: f[0], default=((0, 0), None, 0))  # the first of equals: an upcast
+  return (r, w) if best[1] else None
+
+def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
+  return u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and _aligned(u.addr, lane, w) and \
+    (u.gate is None or lane not in u.gate.toposort)
+
+def split_lanes(sink:UOp, r:UOp, w:int) -> tuple[UOp, UOp]:  # r as copies * w + lane: the kernel, and the lane range
+  if r.size == w: return sink, r
+  sink = apply_opt(sink, Opt(r.kind, r, w))
+  return sink, ranges(sink, r.kind)[-1]  # the split's inner range: made last
+
+def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
+  """Code that uses the lane range computes its w lanes at once. A float access at an aligned base + lane is a vector
+  load or store; an op the dialect has on vectors (CUDA has none) is a vector op, a value the lanes share broadcast; a
+  reduce is a vector accumulator, and one over the lanes themselves adds its lanes up after the loop. Anything else
+  runs lane by lane: w copies reading their sources' lanes (one lane of a vector, or the lane's own copy)."""
+  w, ops = lane.size, dialect.vector_ops
+  done: dict[UOp, UOp|tuple] = {}  # node -> itself (it doesn't use the lane), a vector, or a tuple of its w lanes
+  def vector(x:UOp) -> UOp|tuple:
+    vec = None if x.dtype is None else x.dtype.vec(w)
+    if x is lane: return tuple(lane.const_like(k) for k in range(w))
+    if x.op in (Ops.LOAD, Ops.STORE) and _contiguous(x, lane, w):
+      base = substitute(x.addr, {lane: lane.const_like(0)})  # (simplify folds the + 0)
+      srcs = (x.buf, base) if x.op is Ops.LOAD else (x.buf, base, _whole(done[x.value], w))
+      return UOp(x.op, vec, srcs).gated(x.gate)
+    if x.op is Ops.REDUCE and lane in x.src[1:]:  # over the lanes: reduce each lane, then add the lanes up
+      rest = tuple(r for r in x.src[1:] if r is not lane)
+      part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))
+      return _combine(x.arg, [_lane(part, k) for k in range(w)])
+    if (x.arg if x.op is Ops.REDUCE else x.op) in ops and vec in vector_types and \
+       any(_is_vector(done[s]) for s in x.src):  # (index math stays lanes)
+      if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
+      if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
+        return UOp(x.op, vec, tuple(_whole(done[s], w) for s in x.src), x.arg)
+    return tuple(x.replace(src=tuple(_lane(done[s], k) for s in x.src)) for k in range(w))
+  for x in sink.toposort[:-1]:
+    done[x] = x if x is not lane and all(done[s] is s for s in x.src) else vector(x)
+  return sink.replace(src=tuple(st for s in sink.src for st in (done[s] if isinstance(done[s], tuple) else (done[s],))))
+
+def _is_vector(v:UOp|tuple) -> bool: return not isinstance(v, tuple) and v.dtype is not None and v.dtype.count > 1
+def _lane(v:UOp|tuple, k:int) -> UOp:  # lane k of a value as_vectors made: a copy's, a vector's, or the shared one
+  if isinstance(v, tuple): return v[k]
+  return UOp(Ops.GEP, v.dtype.scalar, (v,), k) if v.dtype.count > 1 else v
+def _whole(v:UOp|tuple, w:int) -> UOp:  # the same value as one vector
+  if isinstance(v, tuple): return UOp(Ops.VECTORIZE, v[0].dtype.vec(w), v)
+  return v if v.dtype.count > 1 else UOp(Ops.VECTORIZE, v.dtype.vec(w), (v,) * w)
 
 def to_gpu(sink:UOp) -> UOp:
   """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The kernel is simplified
@@ -1708,44 +1775,7 @@ def to_cpu(sink:UOp) -> UOp:
   thread = ThreadId(AxisType.THREAD, 0)
   return substitute(sink, {r: r.replace(op=Ops.SPECIAL, arg=thread) for r in ranges(sink, AxisType.THREAD)})
 
-def vectorize(sink:UOp, dev:Target) -> UOp:
-  """w float loads (or stores) of one buffer at base+0..w-1, with base a multiple of w and one gate, become one vector
-  access, w the widest of the widths up to the device's that they fill: one load instruction instead of w (a float4
-  on a GPU: 16 bytes a thread). A vector store's values, where they are alike, are computed as one vector expression
-  in the dialect's vector ops."""
-  def groups(us:list[UOp], w:int) -> dict:  # (buffer, w-aligned base, gate) -> {lane: access}, for the whole vectors
-    us = [u for u in us if u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and
-          (u.value if u.op is Ops.STORE else u).dtype == dtypes.float]
-    lanes = [sum(t.arg for t in u.addr.terms() if t.op is Ops.CONST) % w for u in us]
-    bases = [_base(u.addr, lane) for u, lane in zip(us, lanes)]
-    found: dict[tuple, dict[int, UOp]] = defaultdict(dict)
-    for u, lane, base in zip(us, lanes, bases):
-      if base.const_factor() % w == 0: found[(u.buf, base, u.gate)][lane] = u
-    return {k: v for k, v in found.items() if len(v) == w}
-  for w in [w for w in reversed(widths) if w <= dev.width]:
-    loads = {}
-    for (buf, base, g), lanes in groups([u for u in sink.toposort if u.op is Ops.LOAD], w).items():
-      vec = UOp(Ops.LOAD, dtypes.float.vec(w), (buf, base)).gated(g)
-      loads.update({lanes[i]: UOp(Ops.GEP, dtypes.float, (vec,), i) for i in range(w)})
-    stores, memo = list((sink := substitute(sink, loads)).src), {}
-    for (buf, base, g), lanes in groups(stores, w).items():
-      values = [lanes[i].value for i in range(w)]
-      value = _as_vector(values, dev.renderer.vector_ops, memo) or \
-        UOp(Ops.VECTORIZE, dtypes.float.vec(w), tuple(values))
-      stores[stores.index(lanes[0])] = UOp(Ops.STORE, None, (buf, base, value)).gated(g)
-      for i in range(1, w): stores.remove(lanes[i])
-    sink = sink.replace(src=tuple(stores))
-  return sink
-
-def _base(addr:UOp, lane:int) -> UOp:
-  """addr - lane, as simplify makes it, without a rewrite: a simplified address holds its constant as the last term of
-  its sum, and the lane is that constant mod the width (a lane other than 0: there is one)."""
-  if lane == 0: return addr
-  if addr.op is Ops.CONST: return addr.const_like(addr.arg - lane)
-  rest, c = addr.src
-  return rest if c.arg == lane else rest + (c.arg - lane)
-
-def to_accumulators(sink:UOp, dev:Target) -> UOp:
+def to_accumulators(sink:UOp) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
   every output loop, so it starts again for each output element."""
@@ -1754,67 +1784,16 @@ def to_accumulators(sink:UOp, dev:Target) -> UOp:
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   for rs, us in groups.items():
-    work = _vector_sums(us, rs, dev) if dev.renderer.vector_ops else [(u, [(u, None)]) for u in us]
     # numbered: two accumulators that start alike are still two
-    accs = [UOp(Ops.DEFINE_ACC, r.dtype, (identity(r.arg, r.dtype),) + loops, len(done) + i)
-            for i, (r, _) in enumerate(work)]
+    accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
     # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
     # where the value it adds doesn't depend on it
     now = [UOp(Ops.LOAD, a.dtype, (a, rs[-1])) for a in accs]
-    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(r.arg, substitute(r.src[0], done))) + rs)
-                 for a, acc, (r, _) in zip(accs, now, work))
+    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(u.arg, substitute(u.src[0], done))) + rs)
+                 for a, acc, u in zip(accs, now, us))
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
-    for a, (_, outs) in zip(accs, work):
-      total = UOp(Ops.LOAD, a.dtype, (a, body[0]))
-      done.update({u: total if lane is None else UOp(Ops.GEP, u.dtype, (total,), lane) for u, lane in outs})
+    done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
   return substitute(sink, done)
-
-def _vector_sums(us:list[UOp], rs:tuple, dev:Target) -> list[tuple[UOp, list]]:
-  """w float sums (or maxes) that differ only in which lane of the same vectors they read, w a width up to the
-  device's, are one vector sum (or max): one vector multiply-add a step instead of w (where the dialect has vector
-  arithmetic). This turns a matmul's register tile into vector accumulators and a plain sum's unrolled lanes into
-  several."""
-  ops = dev.renderer.vector_ops
-  reduces = [u for u in us if u.arg in ops & {Ops.ADD, Ops.MAX} and u.dtype == dtypes.float]
-  values = UOp(Ops.SINK, None, tuple(u.src[0] for u in reduces))
-  erased = substitute(values, {g: g.replace(arg=0) for g in values.toposort if g.op is Ops.GEP}).src  # all at once
-  alike: dict[tuple, list[UOp]] = defaultdict(list)  # (op, the value with every lane index erased) -> its reduces
-  for u, shape in zip(reduces, erased): alike[(u.arg, shape)].append(u)
-  geps: dict[UOp, tuple] = {}  # the GEPs each value reads, in its toposort's order: its sources' in turn, then it
-  for x in values.toposort:
-    geps[x] = tuple(dict.fromkeys(g for s in x.src for g in geps[s])) + ((x,) if x.op is Ops.GEP else ())
-  out, merged = [], set()
-  for group in alike.values():
-    lanes = sorted(group, key=lambda u: tuple(g.arg for g in geps[u.src[0]]))
-    if len(lanes) in widths and len(lanes) <= dev.width and \
-       (vec := _as_vector([u.src[0] for u in lanes], ops, {})) is not None:
-      out.append((UOp(Ops.REDUCE, vec.dtype, (vec,) + rs, lanes[0].arg), [(u, k) for k, u in enumerate(lanes)]))
-      merged.update(lanes)
-  return out + [(u, [(u, None)]) for u in us if u not in merged]
-
-def _as_vector(xs:list[UOp], ops:frozenset[Ops], memo:dict) -> UOp|None:
-  """The vector expression whose lane k is xs[k]: lanes of one vector stay that vector, a value every lane
-  shares is broadcast, and an op in `ops` (the dialect's vector ops) applies lane by lane where the lanes are the same
-  op. None if the xs are not alike. Iterative (long elementwise chains); memo holds lane tuples already made."""
-  stack = [tuple(xs)]
-  while stack:
-    lanes = stack[-1]
-    if lanes in memo: stack.pop(); continue
-    x, vec = lanes[0], lanes[0].dtype.vec(len(lanes))
-    if vec not in vector_types: memo[lanes] = None  # the vector types dialects have
-    elif all(u.op is Ops.GEP and u.src[0] is x.src[0] and u.arg == k for k, u in enumerate(lanes)):
-      memo[lanes] = x.src[0]
-    elif all(u is x for u in lanes): memo[lanes] = UOp(Ops.VECTORIZE, vec, lanes)
-    elif x.op not in ops or _guarded(x) or any(u.op is not x.op or u.arg != x.arg or u.dtype != x.dtype for u in lanes):
-      memo[lanes] = None
-    elif todo := [s for s in zip(*[u.src for u in lanes]) if s not in memo]:
-      stack.extend(todo)
-      continue
-    else:
-      srcs = [memo[s] for s in zip(*[u.src for u in lanes])]
-      memo[lanes] = None if None in srcs else UOp(x.op, vec, tuple(srcs), x.arg)
-    stack.pop()
-  return memo[tuple(xs)]
 
 def narrow_index(sink:UOp) -> UOp:
   """Index math was exact until here: it becomes int where every value provably fits in 32 bits, else long, so a
@@ -2071,6 +2050,8 @@ vector_rules = [
   (UPat(Ops.BITCAST, dtype=vector_types, name="u"), lambda ctx, u: f"(({ctx.types[u.dtype]})({ctx[u.src[0]]}))"),
   (UPat(Ops.VECTORIZE, dtype=tuple(dtypes.bool.vec(n) for n in widths), name="u"),
     lambda ctx, u: f"(-{_vector(ctx, u.dtype, [ctx[s] for s in u.src])})"),  # 1 -> -1
+  (UPat(Ops.GEP, src=(UPat(dtype=tuple(dtypes.bool.vec(n) for n in widths)),), name="u"),
+    lambda ctx, u: f"(-{ctx[u.src[0]]}{ctx.lanes[u.arg]})"),  # -1 -> 1
 ]
 
 string_rules = PatternMatcher(vector_rules + [
