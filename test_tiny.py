@@ -2252,6 +2252,21 @@ def test_ints_and_selects_at_every_cpu_width(cpu_width):
   got = poisoned_cpu(lambda a, b, t: (a > b).where(t * 2, -t) + (t < 0).where(1.0, t.cast(dtypes.int)), i, j, x)
   assert_close(got.tolist(), [(2 * v if a > b else -v) + (1.0 if v < 0 else int(v)) for a, b, v in zip(i, j, x)])
 
+def test_vector_lanes_beside_lane_by_lane_work_at_every_cpu_width(cpu_width):
+  """Lanes computed as vectors meet lanes computed one by one: a comparison's mask stored as bools and cast to int, a
+  float-to-int cast (lane by lane: its guard), a transposed read (a load a lane) in vector math, and a sum of it."""
+  x, y = rand_list((37, 48), 150, -3.0, 3.0), rand_list((48, 37), 151, -3.0, 3.0)
+  yt = [list(col) for col in zip(*y)]
+  lt = [[u < v for u, v in zip(r, s)] for r, s in zip(x, yt)]
+  assert poisoned_cpu(lambda a, b: a < b.T, x, y).tolist() == lt
+  assert poisoned_cpu(lambda a, b: (a < b.T).cast(dtypes.long), x, y).tolist() == [[int(v) for v in r] for r in lt]
+  got = poisoned_cpu(lambda a, b: (a < b.T).cast(dtypes.int) * 3 + (a * 4).cast(dtypes.int), x, y)
+  assert got.tolist() == [[3 * (u < v) + int(f32(u * 4)) for u, v in zip(r, s)] for r, s in zip(x, yt)]
+  assert_close(poisoned_cpu(lambda a, b: a * b.T + a, x, y).tolist(),
+               [[f32(u * v) + u for u, v in zip(r, s)] for r, s in zip(x, yt)], atol=1e-6)
+  assert_close(poisoned_cpu(lambda a, b: (a * b.T).sum(axis=1), x, y).tolist(),
+               [math.fsum(u * v for u, v in zip(r, s)) for r, s in zip(x, yt)], rtol=1e-5, atol=1e-5)
+
 def test_cc_may_carry_arguments(monkeypatch, tmp_path):
   monkeypatch.setenv("CC", f"{os.getenv('CC', 'cc')} -DANSWER=42")
   monkeypatch.setenv("TINY_CACHE", str(tmp_path))
