@@ -1777,13 +1777,15 @@ def to_cpu(sink:UOp) -> UOp:
 
 def to_accumulators(sink:UOp) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
-  (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside
-  every output loop, so it starts again for each output element."""
-  loops, done = tuple(ranges(sink, AxisType.GLOBAL)), {}
+  (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside the
+  output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
+  column of the row, is computed once a row."""
+  free, done = free_ranges(sink), {}
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   for rs, us in groups.items():
+    loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
     # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
@@ -1794,6 +1796,13 @@ def to_accumulators(sink:UOp) -> UOp:
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
   return substitute(sink, done)
+
+def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value varies with (a reduce's own are bound)
+  free: dict[UOp, frozenset] = {}
+  for u in sink.toposort:
+    used = frozenset().union(*[free[s] for s in u.src])
+    free[u] = used | {u} if u.op is Ops.RANGE else used - set(u.src[1:]) if u.op is Ops.REDUCE else used
+  return free
 
 def narrow_index(sink:UOp) -> UOp:
   """Index math was exact until here: it becomes int where every value provably fits in 32 bits, else long, so a
@@ -1818,11 +1827,15 @@ def linearize(sink:UOp) -> list[UOp]:
   order = sink.toposort
   # a reduce over several ranges nests them: END(outer, END(inner, ...))
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
-  loops = [r for r in order if r.op is Ops.RANGE and r.kind is AxisType.GLOBAL]
-  def enclosing(r:UOp) -> list[UOp]:  # reduce loops run inside every output loop
+  around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
+  for e in order:
+    if e.op is Ops.END and e.src[0].kind is not AxisType.GLOBAL:
+      around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:] for s in e.src[1:]])
+  @functools.cache
+  def enclosing(r:UOp) -> list[UOp]:  # r, and the loops it runs inside, innermost first
     out = [r]
     while out[-1] in parent: out.append(parent[out[-1]])
-    return out + (loops if r.kind is not AxisType.GLOBAL else [])
+    return list(dict.fromkeys(out + [g for a in sorted(around.get(r, ()), key=lambda a: a.arg.id) for g in enclosing(a)]))
   scope: dict[UOp, frozenset] = {}
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | \
@@ -1853,9 +1866,10 @@ def linearize(sink:UOp) -> list[UOp]:
     if here := work[tuple(stack)]: emit(heapq.heappop(here)[1])               # work that belongs in the loops open now
     elif stack and ends[stack[-1]]: emit(heapq.heappop(ends[stack.pop()])[1])  # this loop is done: close it
     else:                                                                     # open the next loop a waiting node needs
-      deeper = next(u for u in order if u not in done and u.op is not Ops.RANGE and need[u][:len(stack)] == stack and
-                    len(need[u]) > len(stack))
-      stack.append(need[deeper][len(stack)])
+      wanted = [need[u][len(stack)] for u in order if u not in done and u.op is not Ops.RANGE and
+                need[u][:len(stack)] == stack and len(need[u]) > len(stack)]
+      # a reduce's loop first: an output loop beside it may read what it makes (a row's max, then the row's columns)
+      stack.append(next((r for r in wanted if r.kind is not AxisType.GLOBAL), wanted[0]))
       emit(stack[-1])
   return out
 
