@@ -788,9 +788,34 @@ def test_dear_work_read_through_a_broadcast_is_stored_once():  # exp(x) would be
   kernels = tiny.render(a.exp() @ b)
   assert [k.name[0] for k in kernels] == ["E", "r"]
   assert_close((a.exp() @ b).tolist(), ref_matmul(ref_ew(math.exp, x), w), rtol=1e-4)
-  kernels = tiny.render(a.softmax(-1) @ b)  # max, sum, the normalized rows (stored), the matmul
-  assert [k.name[0] for k in kernels] == ["r", "r", "E", "r"]
+  kernels = tiny.render(a.softmax(-1) @ b)  # the rows' max, sum and normalized values (stored: dear), the matmul
+  assert [(k.name[0], why) for k, why in zip(kernels, [i.why for i in tiny.schedule([a.softmax(-1) @ b])])] == \
+    [("r", "dear"), ("r", "output")]
   assert_close((a.softmax(-1) @ b).tolist(), ref_matmul(ref_softmax(x, 1), w), rtol=1e-4)
+
+# a row reduce broadcast back over its own row stays in one kernel on the CPU: the row's reduces, then its outputs
+def test_a_softmax_row_is_one_kernel_on_the_cpu():
+  assert len(tiny.schedule([Tensor.empty(4096, 1024).softmax(-1)])) == 1
+  assert len(tiny.schedule([Tensor.empty(10**6).softmax(-1)])) == 5  # one long row: split across the cores instead
+  assert len(tiny.schedule([Tensor.empty(37, 53, device="PYTHON").softmax(-1)])) == 3  # a GPU: a thread per output
+
+@pytest.mark.parametrize("shape", [(37, 53), (5, 1003), (3, 7, 36)])
+def test_row_programs_in_one_kernel_at_every_cpu_width(cpu_width, shape):
+  x = rand_list(shape, 152, -9.0, 9.0)
+  programs = [  # (program, pure-Python reference, kernels)
+    (lambda t: t.softmax(-1), lambda: ref_softmax(x, -1), 1),
+    (lambda t: t.log_softmax(-1), lambda: ref_softmax(x, -1, log=True), 1),
+    (lambda t: t - t.max(-1, keepdim=True), lambda: ref_ew(operator.sub, x, ref_reduce(max, x, -1, True)), 1),
+    (lambda t: (t - t.mean(-1, keepdim=True)).square().sum(-1),  # a reduce of a row that read a reduce
+     lambda: ref_reduce(lambda v: math.fsum((e - mean(v)) ** 2 for e in v), x, -1), 1),
+    (lambda t: t.softmax(0), lambda: ref_softmax(x, 0), 3)]  # a column's: not its own row
+  for fn, want, kernels in programs:
+    assert len(tiny.schedule([fn(Tensor(x, device="CPU"))])) == kernels
+    assert_close(poisoned_cpu(fn, x).tolist(), want(), rtol=1e-5, atol=1e-5)
+
+def test_a_softmax_row_is_correct_on_the_emulator():
+  x = rand_list((5, 37), 153, -9.0, 9.0)
+  assert_close(Tensor(x, device="PYTHON").softmax(-1).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
 def test_cheap_work_is_recomputed_where_it_is_read():
   a, b, w = realized((37, 53), (37, 53), (53, 3))

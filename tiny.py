@@ -1248,7 +1248,7 @@ def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
   sink = split = UOp(Ops.SINK, None, tuple(planned[i] for i in key[-1]))
   if any(u.op is Ops.REDUCE_AXIS for u in planned):
     split = rebuild(sink, lambda u, new: split_reduce(new, key[0]) if u.op is Ops.REDUCE_AXIS else new)
-  realize, has_reduce = kernel_outputs(split)
+  realize, has_reduce = kernel_outputs(split, rows=not Device.target(key[0]).has_local)
   reads = kernel_inputs(split, realize)
   first = len({r[2] for r in key[1:-1] if r[0] is Ops.BUFFER})  # the graph's own: every one is read
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
@@ -1303,11 +1303,13 @@ def split_reduce(r:UOp, device:str) -> UOp:
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 
-def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
+def kernel_outputs(sink:UOp, rows:bool) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
-  recomputed (one read by several consumers, broadcast back over its reduced axes as softmax's max and sum, or reduced
-  again), and work dearer to recompute than to store (read through a broadcast, each element is computed once per
-  copy: exp(x) in x.exp() @ w, once per output column). And for each node, whether its kernel holds a reduce."""
+  recomputed (one read by several consumers, broadcast, or reduced again), and work dearer to recompute than to store
+  (read through a broadcast, each element is computed once per copy: exp(x) in x.exp() @ w, once per output column).
+  With rows (the CPU), a reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax
+  row's max, sum and outputs are one kernel, the row read again from cache (its loops run in turn, row by row; a GPU
+  would recompute the row in every thread). And for each node, whether its kernel holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
@@ -1315,15 +1317,29 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   realize = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
   realize |= {u: "output" for u in sink.src if not _whole_buffer(u)}
   has_reduce: dict[UOp, bool] = {}
+  pending: dict[UOp, tuple|None] = {}  # a reduce in u not broadcast back yet: the shape of its rows, () if not rows
   cost: dict[UOp, int] = {}  # of one element, with what it fuses: the sources that aren't stored
   for u in order:
     has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
+    pending[u] = _pending(u, [pending[s] for s in u.src if s not in realize])
     cost[u] = (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
-    if u in realize or u.op is Ops.SINK: continue
-    if has_reduce[u] and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
-                          (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
-    elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
+    if u in realize or u.op is Ops.SINK or pending[u] is None: pass
+    elif rows and pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]): continue
+    elif len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg))
+                                      for c in consumers[u]): realize[u] = "reduce"
+    if u not in realize and u.op is not Ops.SINK and cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST:
+      realize[u] = "dear"
   return realize, has_reduce
+
+def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:
+  if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
+  if u.op is Ops.REDUCE_AXIS:
+    axes, shape = sorted(u.arg[1]), u.src[0].shape
+    return shape if srcs == [None] and axes == list(range(len(shape) - len(axes), len(shape))) else ()
+  held = {s for s in srcs if s is not None}
+  return None if not held else held.pop() if len(held) == 1 else ()
+
+def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.arg) and c.shape == row
 
 def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
   return max(1, prod(c.shape) // max(1, prod(u.shape))) if c.op is Ops.VIEW and _expands(c.arg) else 1
@@ -1494,7 +1510,9 @@ def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
   """Which (node, index, gate) the value of u at idxs is made from."""
   if u.op is Ops.VIEW:
     addr, _, gate = _view(u, idxs, valid)
-    return [] if u.src[0].op in (Ops.PARAM, Ops.CONST) else [(u.src[0], tuple(unravel(addr, u.src[0].shape)), gate)]
+    if u.src[0].op in (Ops.PARAM, Ops.CONST): return []
+    # simplified, so a node read through two views at one index (a row's max, in its sum and its outputs) is one node
+    return [(u.src[0], tuple(simplify(i) for i in unravel(addr, u.src[0].shape)), gate)]
   if u.op is Ops.REDUCE_AXIS:
     _, axes = u.arg
     return [(u.src[0], tuple(new_range(s, AxisType.REDUCE) if i in axes else idx
@@ -1553,7 +1571,9 @@ def optimize(sink:UOp, dev:Target) -> UOp:
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.size
-  outer, inner = new_range(cdiv(n, opt.amount), opt.axis.kind), new_range(opt.amount, opt.kind)
+  # the outer part keeps the range's id, and so its place among the loops: rows stay outside columns
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, cdiv(n, opt.amount)),), opt.axis.arg)
+  inner = new_range(opt.amount, opt.kind)
   # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
   expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
@@ -1599,17 +1619,23 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
     # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
     n = 4 * w if not dev.has_local and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) else 4
     if len(opts) < 2 and r.size % n == 0 and _reused(sink, r): opts.append(Opt(AxisType.UPCAST, r, n))
-  if red:  # a CPU sum unrolled by four vectors keeps four vector accumulators: four adds in flight, not one by one
-    n = red[-1].size
-    amount = 4 if dev.has_local or opts else 4 * w if n % (4 * w) == 0 else _filled(n, dev)
-    if amount and n % amount == 0: opts.append(Opt(AxisType.UNROLL, red[-1], amount))
+  tile, reduces = bool(opts), [u for u in sink.toposort if u.op is Ops.REDUCE]
+  if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
+     not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
+    opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+  # a CPU sum unrolled by four vectors keeps four vector accumulators: four adds in flight, not one by one
+  for r in dict.fromkeys(u.src[-1] for u in reduces):  # each reduce's innermost loop
+    amount = 4 if dev.has_local or tile else 4 * w if r.size % (4 * w) == 0 else _filled(r.size, dev)
+    if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
 def _filled(n:int, dev:Target) -> int:  # the widest vector, up to the device's, that n elements fill (0: none)
   return next((v for v in reversed(widths) if v <= dev.width and n % v == 0), 0)
 
-def _reused(sink:UOp, r:UOp) -> bool:  # some input doesn't move along r: upcasting r reuses its loads
-  return any(u.op is Ops.LOAD and u.buf.op is Ops.PARAM and r not in u.addr.toposort for u in sink.toposort)
+def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an input that doesn't: upcasting r reuses it
+  return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
+             any(x.op is Ops.LOAD and x.buf.op is Ops.PARAM and r not in x.addr.toposort for x in u.src[0].toposort)
+             for u in sink.toposort)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src)
 
@@ -1644,7 +1670,7 @@ def expand(sink:UOp, dev:Target) -> UOp:
   an accumulator, combined after the loop: n independent chains of adds, not one; with upcast outputs (a matmul tile,
   already many accumulators) the lanes combine inside the loop. Ranges already have the names they run as (a new name
   reorders every sum it is in), so the copies are simplified once, after."""
-  if (vector := vector_range(sink, dev)) is not None: sink = as_vectors(*split_lanes(sink, *vector), dev.renderer)
+  for r, w in vector_ranges(sink, dev): sink = as_vectors(*split_lanes(sink, r, w), dev.renderer)
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
     values = list(itertools.product(*[range(r.size) for r in rs]))
     copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)
@@ -1667,10 +1693,10 @@ def expand(sink:UOp, dev:Target) -> UOp:
 
 def _combine(op:Ops, xs:list[UOp]) -> UOp: return functools.reduce(lambda a, b: a.alu(op, b), xs)
 
-def vector_range(sink:UOp, dev:Target) -> tuple[UOp, int]|None:
-  """The upcast (else unrolled) range that the most float loads and stores run along from an aligned base, those in
-  a reduce's loop first, and the widest width up to the device's that its size is a multiple of. None where no
-  access would be a vector."""
+def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
+  """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
+  size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
+  reduce's loop first, then upcasts), then others no value varies with together (a row's max, its sum, its outputs)."""
   looped = {u for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
   def count(r:UOp, w:int) -> tuple[int, int]:
@@ -1678,8 +1704,10 @@ def vector_range(sink:UOp, dev:Target) -> tuple[UOp, int]|None:
     return sum(u in looped for u in vectors), len(vectors)
   found = [(count(r, w), r, w)
            for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL) if (w := _filled(r.size, dev))]
-  best, r, w = max(found, key=lambda f: f[0], default=((0, 0), None, 0))  # the first of equals: an upcast
-  return (r, w) if best[1] else None
+  free, chosen = free_ranges(sink).values(), []
+  for (_, n), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
+    if n and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
+  return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
   return u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and _aligned(u.addr, lane, w) and \
@@ -1844,6 +1872,7 @@ def linearize(sink:UOp) -> list[UOp]:
   depth = {r: (r.kind is not AxisType.GLOBAL, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
   pos = {u: i for i, u in enumerate(order)}
+  closes = {e.src[0]: e for e in order if e.op is Ops.END}
   users: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in set(u.src): users[s].append(u)
@@ -1868,8 +1897,9 @@ def linearize(sink:UOp) -> list[UOp]:
     else:                                                                     # open the next loop a waiting node needs
       wanted = [need[u][len(stack)] for u in order if u not in done and u.op is not Ops.RANGE and
                 need[u][:len(stack)] == stack and len(need[u]) > len(stack)]
-      # a reduce's loop first: an output loop beside it may read what it makes (a row's max, then the row's columns)
-      stack.append(next((r for r in wanted if r.kind is not AxisType.GLOBAL), wanted[0]))
+      # of loops side by side, the one the graph closes first: one whose result another's body reads runs before it
+      # (a row's max, then the sum that subtracts it, then the row's columns)
+      stack.append(min(wanted, key=lambda r: pos[closes[r]]))
       emit(stack[-1])
   return out
 
