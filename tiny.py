@@ -1653,8 +1653,9 @@ def local_opts(sink:UOp, dev:Target) -> list[Opt]:
 def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
-  glob = ranges(sink, AxisType.GLOBAL)
-  if not glob or prod(r.size for r in ranges(sink)) < 2**21 * dev.cores: return []
+  glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
+  work = prod(r.size for r in glob) * max(1, sum(prod(r.size for r in u.src[1:]) for u in reduces))  # loops in turn add
+  if not glob or work < 2**21 * dev.cores: return []
   n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
   return [Opt(AxisType.THREAD, glob[0], threads)] if threads else []
