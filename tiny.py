@@ -1323,15 +1323,14 @@ def kernel_outputs(sink:UOp, rows:bool) -> tuple[dict[UOp, str], dict[UOp, bool]
     has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
     pending[u] = _pending(u, [pending[s] for s in u.src if s not in realize])
     cost[u] = (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
-    if u in realize or u.op is Ops.SINK or pending[u] is None: pass
-    elif rows and pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]): continue
-    elif len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg))
-                                      for c in consumers[u]): realize[u] = "reduce"
-    if u not in realize and u.op is not Ops.SINK and cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST:
-      realize[u] = "dear"
+    if u in realize or u.op is Ops.SINK: continue
+    if rows and pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]): continue  # computed once a row
+    if pending[u] is not None and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
+                                   (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
+    elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
   return realize, has_reduce
 
-def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:
+def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs' pending
   if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
   if u.op is Ops.REDUCE_AXIS:
     axes, shape = sorted(u.arg[1]), u.src[0].shape
@@ -1654,7 +1653,9 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
-  work = prod(r.size for r in glob) * max(1, sum(prod(r.size for r in u.src[1:]) for u in reduces))  # loops in turn add
+  reduced = {r for u in reduces for r in u.src[1:]}  # a reduce's loops run once per output; loops in turn add up
+  work = prod(r.size for r in ranges(sink) if r not in reduced) * \
+    max(1, sum(prod(r.size for r in u.src[1:]) for u in reduces))
   if not glob or work < 2**21 * dev.cores: return []
   n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
