@@ -1858,18 +1858,15 @@ def linearize(sink:UOp) -> list[UOp]:
   # a reduce over several ranges nests them: END(outer, END(inner, ...))
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
-  for e in order:
-    if e.op is Ops.END and e.src[0].kind is not AxisType.GLOBAL:
-      around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:] for s in e.src[1:]])
+  for e in (e for e in order if e.op is Ops.END and e.src[0].kind is not AxisType.GLOBAL):
+    around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
+                                           for s in e.src[1:]])
   @functools.cache
-  def enclosing(r:UOp) -> list[UOp]:  # r, and the loops it runs inside, innermost first
-    out = [r]
-    while out[-1] in parent: out.append(parent[out[-1]])
-    return list(dict.fromkeys(out + [g for a in sorted(around.get(r, ()), key=lambda a: a.arg.id) for g in enclosing(a)]))
+  def enclosing(r:UOp) -> frozenset:  # r and every loop it runs inside
+    return frozenset({r}).union(*[enclosing(a) for a in ([parent[r]] if r in parent else []) + [*around.get(r, ())]])
   scope: dict[UOp, frozenset] = {}
   for u in order:
-    inner = frozenset().union(*[scope[s] for s in u.src]) | \
-      (frozenset(enclosing(u)) if u.op is Ops.RANGE else frozenset())
+    inner = frozenset().union(*[scope[s] for s in u.src]) | (enclosing(u) if u.op is Ops.RANGE else frozenset())
     scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
   depth = {r: (r.kind is not AxisType.GLOBAL, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
