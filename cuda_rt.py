@@ -2,7 +2,7 @@
 # no GPU and no driver present; the driver API (libcuda) loads it and launches it. Both libraries load on first use,
 # so importing this file never fails on a machine without CUDA. It imports nothing from tiny, which imports it from
 # beside itself (its own package, if it is in one).
-import ctypes, glob, os, site
+import ctypes, glob, os, site, threading
 from ctypes import POINTER as P, byref, c_char, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint64, c_void_p
 
 NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
@@ -145,15 +145,22 @@ class CUDADevice:
     cu = self.cu = _lib("libcuda")
     try: cu.cuInit(0)
     except CUDAError as e: raise RuntimeError(f"{NEED_GPU}: {e}") from None
-    self.dev, ctx = c_int(), c_void_p()
+    self.dev, self.ctx = c_int(), c_void_p()
     cu.cuDeviceGet(byref(self.dev), 0)
-    cu.cuDevicePrimaryCtxRetain(byref(ctx), self.dev)
-    cu.cuCtxSetCurrent(ctx)  # a context is current per thread: tiny drives the GPU from the thread that opened it
+    cu.cuDevicePrimaryCtxRetain(byref(self.ctx), self.dev)
+    self.use()
     self.arch = f"sm_{self.attribute(75)}{self.attribute(76)}"  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
     self.local_max = self.attribute(1)   # CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
     # PTX leaves the last compile step to the driver's JIT, which rejects PTX from an NVRTC newer than the driver
     self.ptx = os.environ.get("CUDA_PTX") == "1"
     self.compiler_id = f"nvrtc-{'.'.join(map(str, nvrtc_version()))}-{self.arch}-{'ptx' if self.ptx else 'cubin'}"
+
+  def use(self) -> None:
+    """Makes the context current on the calling thread. A context is current per thread, and tiny calls the driver
+    from several: the one that realizes, the workers that compile new kernels, and a freed buffer's last owner."""
+    if getattr(_current, "ctx", None) != self.ctx.value:
+      self.cu.cuCtxSetCurrent(self.ctx)
+      _current.ctx = self.ctx.value
 
   def attribute(self, attr: int) -> int:
     value = c_int()
@@ -164,14 +171,28 @@ class CUDADevice:
   def load(self, name: str, binary: bytes) -> "CUDAProgram": return CUDAProgram(self, name, binary)
 
   def alloc(self, nbytes: int) -> int:
+    self.use()
     ptr = c_uint64()
     self.cu.cuMemAlloc_v2(byref(ptr), nbytes)
     return ptr.value
 
-  def free(self, ptr: int) -> None: self.cu.cuMemFree_v2(ptr)
-  def copyin(self, ptr: int, src: memoryview) -> None: self.cu.cuMemcpyHtoD_v2(ptr, _host(src), src.nbytes)
-  def copyout(self, dst: memoryview, ptr: int) -> None: self.cu.cuMemcpyDtoH_v2(_host(dst), ptr, dst.nbytes)
-  def synchronize(self) -> None: self.cu.cuCtxSynchronize()
+  def free(self, ptr: int) -> None:
+    self.use()
+    self.cu.cuMemFree_v2(ptr)
+
+  def copyin(self, ptr: int, src: memoryview) -> None:
+    self.use()
+    self.cu.cuMemcpyHtoD_v2(ptr, _host(src), src.nbytes)
+
+  def copyout(self, dst: memoryview, ptr: int) -> None:
+    self.use()
+    self.cu.cuMemcpyDtoH_v2(_host(dst), ptr, dst.nbytes)
+
+  def synchronize(self) -> None:
+    self.use()
+    self.cu.cuCtxSynchronize()
+
+_current = threading.local()  # .ctx: the context this thread made current
 
 def _host(mv: memoryview) -> ctypes.Array:
   # ctypes maps a writable buffer in place; a read-only one (bytes) it can only copy
@@ -179,7 +200,8 @@ def _host(mv: memoryview) -> ctypes.Array:
 
 class CUDAProgram:
   def __init__(self, dev: CUDADevice, name: str, binary: bytes):
-    self.cu, self.module, self.func = dev.cu, c_void_p(), c_void_p()
+    self.dev, self.cu, self.module, self.func = dev, dev.cu, c_void_p(), c_void_p()
+    dev.use()
     # a PTX image must end in NUL, and every bytes object has one just past its end
     self.cu.cuModuleLoadData(byref(self.module), binary)
     self.cu.cuModuleGetFunction(byref(self.func), self.module, name.encode())  # the name is unmangled by extern "C"
@@ -192,6 +214,7 @@ class CUDAProgram:
       self.args = [c_uint64() for _ in bufs]
       self.params = (c_void_p * len(bufs))(*map(ctypes.addressof, self.args))
     for arg, buf in zip(self.args, bufs): arg.value = buf
+    self.dev.use()
     if not wait:
       self.launch(global_size, local_size)
       return None

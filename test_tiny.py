@@ -585,7 +585,8 @@ def test_a_realized_result_is_read_not_recomputed_though_its_sources_were_realiz
   b = a * 2
   a.realize(), b.realize()
   prog, = tiny.render(b + 1)
-  assert "*" not in prog.src.split("{", 1)[1].replace("*(", "").replace("*)", ""), prog.src  # no multiply left
+  body = re.sub(r"/\*.*?\*/", "", prog.src.split("{", 1)[1])  # the code, without its comments
+  assert "*" not in body.replace("*(", "").replace("*)", ""), prog.src  # no multiply left
   assert_close((b + 1).tolist(), ref_ew(lambda v: f32(f32(v + 1) * 2) + 1, x.tolist()))
 
 def test_views_of_computed_values():
@@ -784,7 +785,7 @@ def test_outputs_over_one_shape_share_one_kernel():
 
 def test_dear_work_read_through_a_broadcast_is_stored_once():  # exp(x) would be computed once per column of w
   x, w = rand_list((37, 53), 70), rand_list((53, 19), 71)
-  a, b = Tensor(x).realize(), Tensor(w).realize()
+  a, b = Tensor(x, device="CPU").realize(), Tensor(w, device="CPU").realize()
   kernels = tiny.render(a.exp() @ b)
   assert [k.name[0] for k in kernels] == ["E", "r"]
   assert_close((a.exp() @ b).tolist(), ref_matmul(ref_ew(math.exp, x), w), rtol=1e-4)
@@ -795,8 +796,8 @@ def test_dear_work_read_through_a_broadcast_is_stored_once():  # exp(x) would be
 
 # a row reduce broadcast back over its own row stays in one kernel on the CPU: the row's reduces, then its outputs
 def test_a_softmax_row_is_one_kernel_on_the_cpu():
-  assert len(tiny.schedule([Tensor.empty(4096, 1024).softmax(-1)])) == 1
-  assert len(tiny.schedule([Tensor.empty(10**6).softmax(-1)])) == 5  # one long row: split across the cores instead
+  assert len(tiny.schedule([Tensor.empty(4096, 1024, device="CPU").softmax(-1)])) == 1
+  assert len(tiny.schedule([Tensor.empty(10**6, device="CPU").softmax(-1)])) == 5  # one long row: split across the cores instead
   assert len(tiny.schedule([Tensor.empty(37, 53, device="PYTHON").softmax(-1)])) == 3  # a GPU: a thread per output
 
 @pytest.mark.parametrize("shape", [(37, 53), (5, 1003), (3, 7, 36)])
@@ -1721,7 +1722,7 @@ def test_raw_kernel_runs_c_on_the_cpu():
 
 def test_raw_kernels_from_one_source_run_their_own_function():
   src = "void one(float* restrict o) { o[0] = 1; }\nvoid two(float* restrict o) { o[0] = 2; }"
-  out = Tensor.empty(1)
+  out = Tensor.empty(1, device="CPU")
   tiny.RawKernel("one", src, device="CPU")(out)
   assert out.tolist() == [1.0]
   tiny.RawKernel("two", src, device="CPU")(out)
@@ -1730,7 +1731,7 @@ def test_raw_kernels_from_one_source_run_their_own_function():
 def test_device_names_ignore_case_and_unknown_ones_are_named():
   assert (Tensor([1.0], device="cpu") + 1).tolist() == [2.0]
   with pytest.raises(ValueError, match="TPU"): Tensor([1.0], device="tpu")
-  with pytest.raises(ValueError, match="CPU and PYTHON"): Tensor([1.0]) + Tensor([1.0], device="PYTHON")
+  with pytest.raises(ValueError, match="CPU and PYTHON"): Tensor([1.0], device="CPU") + Tensor([1.0], device="PYTHON")
 
 def test_emulator_refuses_raw_kernels():
   with pytest.raises(ValueError, match="PYTHON"): tiny.RawKernel("k", "void k(float* a) {}", device="PYTHON")
@@ -1813,6 +1814,52 @@ def test_driver_without_a_gpu_is_one_plain_sentence(fresh, tmp_path):
   fresh.setenv("TINY_LIBCUDA", str(tmp_path / "libcuda.so"))
   with pytest.raises(RuntimeError) as e: cuda_rt.CUDADevice()
   assert str(e.value) == f"{NEED_GPU}: cuInit failed with CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"
+
+# a stand-in libcuda that keeps memory in host malloc, runs no kernel, and refuses what the driver refuses: a call from
+# a thread with no current context, and an allocation of 0 bytes
+PER_THREAD_DRIVER = r"""
+#include <stdlib.h>
+#include <string.h>
+static __thread void *current;
+#define NEEDS_CONTEXT if (!current) return 201;
+int cuInit(unsigned flags) { return 0; }
+int cuDeviceGet(int *dev, int i) { *dev = 0; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int dev) { *v = attr == 1 ? 1024 : attr == 75 ? 9 : 0; return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)&cuInit; return 0; }
+int cuCtxSetCurrent(void *ctx) { current = ctx; return 0; }
+int cuCtxSynchronize(void) { NEEDS_CONTEXT return 0; }
+int cuMemAlloc_v2(size_t *p, size_t n) { NEEDS_CONTEXT if (!n) return 1; *p = (size_t)malloc(n); return 0; }
+int cuMemFree_v2(size_t p) { NEEDS_CONTEXT free((void *)p); return 0; }
+int cuMemcpyHtoD_v2(size_t d, void *s, size_t n) { NEEDS_CONTEXT memcpy((void *)d, s, n); return 0; }
+int cuMemcpyDtoH_v2(void *d, size_t s, size_t n) { NEEDS_CONTEXT memcpy(d, (void *)s, n); return 0; }
+int cuModuleLoadData(void **m, const void *image) { NEEDS_CONTEXT *m = (void *)image; return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) { NEEDS_CONTEXT *f = m; return 0; }
+int cuLaunchKernel(void *f) { NEEDS_CONTEXT return 0; }
+int cuEventCreate(void) { return 0; }
+int cuEventRecord(void) { return 0; }
+int cuEventSynchronize(void) { return 0; }
+int cuEventDestroy_v2(void) { return 0; }
+int cuEventElapsedTime(void) { return 0; }
+int cuGetErrorName(int s, const char **p) { *p = s == 201 ? "CUDA_ERROR_INVALID_CONTEXT" : "CUDA_ERROR_INVALID_VALUE"; return 0; }
+int cuGetErrorString(int s, const char **p) { *p = "refused"; return 0; }
+"""
+
+@needs_nvrtc
+def test_the_driver_is_called_with_the_context_current_on_each_thread(tmp_path):
+  """New kernels are loaded by compile workers and buffers freed by whichever thread drops them: each call makes the
+  context current on its own thread first. An empty tensor still allocates a few bytes, as the driver refuses 0."""
+  (tmp_path / "libcuda.c").write_text(PER_THREAD_DRIVER)
+  subprocess.run([os.getenv("CC", "cc"), "-shared", "-fPIC", "-o", tmp_path / "libcuda.so", tmp_path / "libcuda.c"],
+                 check=True)
+  r = run_python("""
+    import threading
+    from tiny import Tensor
+    print(Tensor([1.0, 2.0, 3.0]).tolist(), Tensor.empty(2, 0).tolist())
+    (Tensor.empty(5) * 2).realize()  # loaded by a compile worker, launched here
+    worker = threading.Thread(target=lambda: print(Tensor([4.0]).tolist(), (Tensor.empty(3) + 1).realize().shape))
+    worker.start(), worker.join()
+  """, tmp_path, DEVICE="CUDA", TINY_LIBCUDA=str(tmp_path / "libcuda.so"))
+  assert r.stdout == "[1.0, 2.0, 3.0] [[], []]\n[4.0] (3,)\n", r.stdout
 
 def test_device_cuda_without_a_driver_fails_with_that_sentence(tmp_path):
   r = run_python("""
@@ -2119,7 +2166,7 @@ def test_a_runtime_that_fails_to_import_leaves_the_default_device_to_the_next(tm
   shutil.copy(HERE / "tiny.py", tmp_path)
   (tmp_path / "cuda_rt.py").write_text("raise SyntaxError('a broken runtime')\n")
   r = run_python("from tiny import Device, Tensor\nprint(Device.DEFAULT, (Tensor([1.0]) * 3).tolist())", tmp_path,
-                 cwd=tmp_path, PYTHONPATH=str(tmp_path))
+                 cwd=tmp_path, PYTHONPATH=str(tmp_path), DEVICE="")  # unset: tiny picks
   assert r.stdout in ("CPU [3.0]\n", "METAL [3.0]\n"), r.stdout
 
 @needs_nvrtc

@@ -2488,7 +2488,8 @@ class _Device:
     return "CPU"
 Device = _Device()
 
-def padded(size:int) -> int: return cdiv(size, widths[-1]) * widths[-1]  # whole vectors of any width: see apply_opt
+def padded(size:int) -> int:  # whole vectors of any width (see apply_opt), and never none: drivers refuse 0 bytes
+  return max(cdiv(size, widths[-1]), 1) * widths[-1]
 
 class Buffer:
   """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
