@@ -794,28 +794,40 @@ def test_dear_work_read_through_a_broadcast_is_stored_once():  # exp(x) would be
     [("r", "dear"), ("r", "output")]
   assert_close((a.softmax(-1) @ b).tolist(), ref_matmul(ref_softmax(x, 1), w), rtol=1e-4)
 
-# a row reduce broadcast back over its own row stays in one kernel on the CPU: the row's reduces, then its outputs
-def test_a_softmax_row_is_one_kernel_on_the_cpu():
-  assert len(tiny.schedule([Tensor.empty(4096, 1024, device="CPU").softmax(-1)])) == 1
+# a row reduce broadcast back over its own row stays in one kernel: the row's reduces, then its outputs (a CPU runs
+# them in turn, row by row; a GPU block's threads share each reduce, then the row's columns)
+def test_a_softmax_row_is_one_kernel():
+  for device in ("CPU", "PYTHON", "CUDA"):
+    assert len(tiny.schedule([Tensor.empty(4096, 1024, device=device).softmax(-1)])) == 1
   assert len(tiny.schedule([Tensor.empty(10**6, device="CPU").softmax(-1)])) == 5  # one long row: split across the cores instead
-  assert len(tiny.schedule([Tensor.empty(37, 53, device="PYTHON").softmax(-1)])) == 3  # a GPU: a thread per output
 
-@pytest.mark.parametrize("shape", [(37, 53), (5, 1003), (3, 7, 36)])
-def test_row_programs_in_one_kernel_at_every_cpu_width(cpu_width, shape):
-  x = rand_list(shape, 152, -9.0, 9.0)
-  programs = [  # (program, pure-Python reference, kernels)
+def row_programs(x):  # (program, pure-Python reference, kernels)
+  return [
     (lambda t: t.softmax(-1), lambda: ref_softmax(x, -1), 1),
     (lambda t: t.log_softmax(-1), lambda: ref_softmax(x, -1, log=True), 1),
     (lambda t: t - t.max(-1, keepdim=True), lambda: ref_ew(operator.sub, x, ref_reduce(max, x, -1, True)), 1),
     (lambda t: (t - t.mean(-1, keepdim=True)).square().sum(-1),  # a reduce of a row that read a reduce
      lambda: ref_reduce(lambda v: math.fsum((e - mean(v)) ** 2 for e in v), x, -1), 1),
+    (lambda t: (t - t.max(-1, keepdim=True)).min(0),  # a row's reduce inside another reduce's loop
+     lambda: ref_reduce(min, ref_ew(operator.sub, x, ref_reduce(max, x, -1, True)), 0), 1),
     (lambda t: t.softmax(0), lambda: ref_softmax(x, 0), 3)]  # a column's: not its own row
-  for fn, want, kernels in programs:
-    assert len(tiny.schedule([fn(Tensor(x, device="CPU"))])) == kernels
-    assert_close(poisoned_cpu(fn, x).tolist(), want(), rtol=1e-5, atol=1e-5)
 
-def test_a_softmax_row_is_correct_on_the_emulator():
-  x = rand_list((5, 37), 153, -9.0, 9.0)
+@pytest.mark.parametrize("shape", [(37, 53), (5, 1003), (3, 7, 36)])
+def test_row_programs_in_one_kernel_at_every_cpu_width(cpu_width, shape):
+  x = rand_list(shape, 152, -9.0, 9.0)
+  for fn, want, kernels in row_programs(x):
+    assert len(tiny.schedule([fn(Tensor(x, device="CPU"))])) == kernels
+    assert_close(poisoned(fn, x).tolist(), want(), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("shape", [(37, 53), (3, 7, 36), (2, 3, 5)])
+def test_row_programs_run_a_block_per_row_on_the_emulator(shape):
+  x = rand_list(shape, 154, -9.0, 9.0)
+  for fn, want, kernels in row_programs(x):
+    assert len(tiny.schedule([fn(Tensor(x, device="PYTHON"))])) == kernels
+    assert_close(poisoned(fn, x, device="PYTHON").tolist(), want(), rtol=1e-5, atol=1e-5)
+
+def test_a_softmax_row_is_correct_on_the_emulator():  # 261 columns: each of a block's 256 threads loops past them
+  x = rand_list((3, 261), 153, -9.0, 9.0)
   assert_close(Tensor(x, device="PYTHON").softmax(-1).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
 def test_cheap_work_is_recomputed_where_it_is_read():
@@ -2270,11 +2282,11 @@ def cpu_width(request, monkeypatch) -> int:
   monkeypatch.setattr(tiny, "program_cache", {})  # what was lowered at another width is not this
   return request.param
 
-def poisoned_cpu(fn, *xs) -> Tensor:
-  """fn of CPU tensors of xs, into an output buffer that held NaNs: an element a kernel forgets to write shows."""
-  ts = [Tensor(x, device="CPU").realize() for x in xs]
+def poisoned(fn, *xs, device="CPU") -> Tensor:
+  """fn of tensors of xs, into an output buffer that held NaNs: an element a kernel forgets to write shows."""
+  ts = [Tensor(x, device=device).realize() for x in xs]
   out = fn(*ts)
-  poison = Tensor.full(out.shape, math.nan, device="CPU").realize()
+  poison = Tensor.full(out.shape, math.nan, device=device).realize()
   del poison
   gc.collect()
   return out
@@ -2287,7 +2299,7 @@ def big(n:int, seed:int) -> list[float]: return rand_list((n,), seed)
 def test_elementwise_at_every_cpu_width(cpu_width, shape):
   a = big(shape[0], 140) if len(shape) == 1 else rand_list(shape, 140)
   b = big(shape[-1], 141)
-  out = poisoned_cpu(lambda x, y: x * y + x.maximum(y) - 1, a, b)
+  out = poisoned(lambda x, y: x * y + x.maximum(y) - 1, a, b)
   lanes = cpu_width if len(shape) == 1 else max(w for w in (4, 8, 16) if w <= cpu_width and shape[-1] % w == 0)
   assert shape[-1] < lanes or f"float{lanes} " in tiny.render(out)[0].src
   want = [f32(x * y) + max(x, y) - 1 for x, y in zip(flat(a), b * (math.prod(shape) // len(b)))]
@@ -2297,31 +2309,31 @@ def test_elementwise_at_every_cpu_width(cpu_width, shape):
 @pytest.mark.parametrize("shape", [(1_000_003,), (7, 4099), (3, 1024), (5, 96), (3, 1000)])
 def test_sum_and_max_at_every_cpu_width(cpu_width, shape):
   x = big(shape[0], 142) if len(shape) == 1 else rand_list(shape, 142)
-  assert_close(poisoned_cpu(lambda t: t.sum(axis=-1), x).tolist(), ref_reduce(math.fsum, x, -1), rtol=1e-4, atol=1e-4)
-  assert poisoned_cpu(lambda t: t.max(axis=-1), x).tolist() == ref_reduce(max, x, -1)
+  assert_close(poisoned(lambda t: t.sum(axis=-1), x).tolist(), ref_reduce(math.fsum, x, -1), rtol=1e-4, atol=1e-4)
+  assert poisoned(lambda t: t.max(axis=-1), x).tolist() == ref_reduce(max, x, -1)
 
 @pytest.mark.parametrize("m, k, n", [(37, 29, 71), (20, 33, 128), (8, 64, 64)])  # odd; a register tile at any width
 def test_matmul_at_every_cpu_width(cpu_width, m, k, n):
   a, b = rand_list((m, k), 143), rand_list((k, n), 144)
-  assert_close(poisoned_cpu(lambda x, y: x @ y, a, b).tolist(), matmul2d(a, b), rtol=1e-4, atol=1e-4)
+  assert_close(poisoned(lambda x, y: x @ y, a, b).tolist(), matmul2d(a, b), rtol=1e-4, atol=1e-4)
 
 @pytest.mark.parametrize("shape", [(37,), (5, 37), (3, 1024)])
 def test_softmax_at_every_cpu_width(cpu_width, shape):
   x = rand_list(shape, 145, -9.0, 9.0)
-  assert_close(poisoned_cpu(lambda t: t.softmax(-1), x).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
+  assert_close(poisoned(lambda t: t.softmax(-1), x).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
 def test_exp_and_log_at_every_cpu_width(cpu_width):
   x = rand_list((1003,), 146, -20.0, 20.0)  # exp(x) is exp2(x*log2(e)): the product's rounding, times |x*log2(e)|
-  assert_close(poisoned_cpu(Tensor.exp, x).tolist(), [math.exp(v) for v in x], rtol=4e-6, atol=0)
+  assert_close(poisoned(Tensor.exp, x).tolist(), [math.exp(v) for v in x], rtol=4e-6, atol=0)
   y = [abs(v) + 1e-30 for v in x]
-  assert_close(poisoned_cpu(Tensor.log, y).tolist(), [math.log(f32(v)) for v in y], rtol=1e-6, atol=1e-7)
+  assert_close(poisoned(Tensor.log, y).tolist(), [math.log(f32(v)) for v in y], rtol=1e-6, atol=1e-7)
 
 def test_ints_and_selects_at_every_cpu_width(cpu_width):
   i, j, x = rand_ints((1003,), 147, -2**31, 2**31 - 1), rand_ints((1003,), 148, -9, 40), rand_list((1003,), 149)
   def wrap(v): return (v + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps; a shift past the width shifts all out
   want = [wrap(a * 3 + (a >> 2) - (a << b if 0 <= b < 32 else 0)) for a, b in zip(i, j)]
-  assert poisoned_cpu(lambda a, b: a * 3 + (a >> 2) - (a << b), i, j).tolist() == want
-  got = poisoned_cpu(lambda a, b, t: (a > b).where(t * 2, -t) + (t < 0).where(1.0, t.cast(dtypes.int)), i, j, x)
+  assert poisoned(lambda a, b: a * 3 + (a >> 2) - (a << b), i, j).tolist() == want
+  got = poisoned(lambda a, b, t: (a > b).where(t * 2, -t) + (t < 0).where(1.0, t.cast(dtypes.int)), i, j, x)
   assert_close(got.tolist(), [(2 * v if a > b else -v) + (1.0 if v < 0 else int(v)) for a, b, v in zip(i, j, x)])
 
 def test_vector_lanes_beside_lane_by_lane_work_at_every_cpu_width(cpu_width):
@@ -2330,13 +2342,13 @@ def test_vector_lanes_beside_lane_by_lane_work_at_every_cpu_width(cpu_width):
   x, y = rand_list((37, 48), 150, -3.0, 3.0), rand_list((48, 37), 151, -3.0, 3.0)
   yt = [list(col) for col in zip(*y)]
   lt = [[u < v for u, v in zip(r, s)] for r, s in zip(x, yt)]
-  assert poisoned_cpu(lambda a, b: a < b.T, x, y).tolist() == lt
-  assert poisoned_cpu(lambda a, b: (a < b.T).cast(dtypes.long), x, y).tolist() == [[int(v) for v in r] for r in lt]
-  got = poisoned_cpu(lambda a, b: (a < b.T).cast(dtypes.int) * 3 + (a * 4).cast(dtypes.int), x, y)
+  assert poisoned(lambda a, b: a < b.T, x, y).tolist() == lt
+  assert poisoned(lambda a, b: (a < b.T).cast(dtypes.long), x, y).tolist() == [[int(v) for v in r] for r in lt]
+  got = poisoned(lambda a, b: (a < b.T).cast(dtypes.int) * 3 + (a * 4).cast(dtypes.int), x, y)
   assert got.tolist() == [[3 * (u < v) + int(f32(u * 4)) for u, v in zip(r, s)] for r, s in zip(x, yt)]
-  assert_close(poisoned_cpu(lambda a, b: a * b.T + a, x, y).tolist(),
+  assert_close(poisoned(lambda a, b: a * b.T + a, x, y).tolist(),
                [[f32(u * v) + u for u, v in zip(r, s)] for r, s in zip(x, yt)], atol=1e-6)
-  assert_close(poisoned_cpu(lambda a, b: (a * b.T).sum(axis=1), x, y).tolist(),
+  assert_close(poisoned(lambda a, b: (a * b.T).sum(axis=1), x, y).tolist(),
                [math.fsum(u * v for u, v in zip(r, s)) for r, s in zip(x, yt)], rtol=1e-5, atol=1e-5)
 
 def test_cc_may_carry_arguments(monkeypatch, tmp_path):

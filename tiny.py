@@ -128,9 +128,10 @@ class GroupOp:
 
 # the named args of kernel-level nodes
 class AxisType(Enum):
-  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes. A kernel's name lists its
-  axes in this order."""
-  THREAD = auto(); GLOBAL = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto(); UNROLL = auto()
+  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: an output loop in
+  every thread of a GPU block, a row's columns). A kernel's name lists its axes in this order."""
+  THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
+  UNROLL = auto()
 AxisType = plain(AxisType)
 
 class Axis(NamedTuple):  # a RANGE's arg
@@ -1248,7 +1249,7 @@ def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
   sink = split = UOp(Ops.SINK, None, tuple(planned[i] for i in key[-1]))
   if any(u.op is Ops.REDUCE_AXIS for u in planned):
     split = rebuild(sink, lambda u, new: split_reduce(new, key[0]) if u.op is Ops.REDUCE_AXIS else new)
-  realize, has_reduce = kernel_outputs(split, rows=not Device.target(key[0]).has_local)
+  realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
   first = len({r[2] for r in key[1:-1] if r[0] is Ops.BUFFER})  # the graph's own: every one is read
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
@@ -1303,13 +1304,13 @@ def split_reduce(r:UOp, device:str) -> UOp:
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 
-def kernel_outputs(sink:UOp, rows:bool) -> tuple[dict[UOp, str], dict[UOp, bool]]:
+def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
   recomputed (one read by several consumers, broadcast, or reduced again), and work dearer to recompute than to store
   (read through a broadcast, each element is computed once per copy: exp(x) in x.exp() @ w, once per output column).
-  With rows (the CPU), a reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax
-  row's max, sum and outputs are one kernel, the row read again from cache (its loops run in turn, row by row; a GPU
-  would recompute the row in every thread). And for each node, whether its kernel holds a reduce."""
+  A reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax row's max, sum and
+  outputs are one kernel, the row read again from cache (a CPU runs its loops in turn, row by row; a GPU block's
+  threads share each, see row_loops). And for each node, whether its kernel holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
@@ -1324,7 +1325,7 @@ def kernel_outputs(sink:UOp, rows:bool) -> tuple[dict[UOp, str], dict[UOp, bool]
     pending[u] = _pending(u, [pending[s] for s in u.src if s not in realize])
     cost[u] = (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
     if u in realize or u.op is Ops.SINK: continue
-    if rows and pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]): continue  # computed once a row
+    if pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]): continue  # computed once a row
     if pending[u] is not None and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
                                    (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
     elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
@@ -1563,10 +1564,21 @@ class Opt:
 
 def optimize(sink:UOp, dev:Target) -> UOp:
   sink = merge_ranges(simplify(sink))
+  if dev.has_local: sink = row_loops(sink)
   if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink
   for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
   for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
   return sink
+
+def row_loops(sink:UOp) -> UOp:
+  """A row program on a GPU runs a block per row: the row's columns (the output ranges a reduce in the kernel doesn't
+  vary with) become loops in the block's threads, which compute the row's reduces once, together, then its outputs.
+  Not where a reduce runs inside another's loop (the min over rows of x - x.max(-1)): a block holds one reduce."""
+  free, glob = free_ranges(sink), ranges(sink, AxisType.GLOBAL)
+  reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
+  if not all(free[u] <= set(glob) for u in reduces): return sink
+  cols = {r for u in reduces for r in glob if r not in free[u]}
+  return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.size
@@ -1604,6 +1616,10 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   would read rows apart, uncoalesced), unrolled reduce loops, and blocks of threads on the output."""
   opts: list[Opt] = []
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
+  if cols := ranges(sink, AxisType.LOOP):  # a block per row: its threads share each reduce, then the last column
+    threads = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
+    reduces = dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE)
+    return [Opt(AxisType.GROUP, r, threads) for r in reduces] + [Opt(AxisType.LOCAL, cols[-1], threads)]
   out_size = prod(r.size for r in glob)
   rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
@@ -1726,7 +1742,9 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
   reduce is a vector accumulator, and one over the lanes themselves adds its lanes up after the loop. Anything else
   runs lane by lane: w copies reading their sources' lanes (one lane of a vector, or the lane's own copy)."""
   w, ops = lane.size, dialect.vector_ops
-  done: dict[UOp, UOp|tuple] = {}  # node -> itself (it doesn't use the lane), a vector, or a tuple of its w lanes
+  # node -> a vector or a tuple of its w lanes; one that doesn't vary with the lane (a vector of other lanes, say) keeps
+  # its value, with sources rebuilt where it reads a reduce over the lanes
+  done: dict[UOp, UOp|tuple] = {}
   def vector(x:UOp) -> UOp|tuple:
     vec = None if x.dtype is None else x.dtype.vec(w)
     if x is lane: return tuple(lane.const_like(k) for k in range(w))
@@ -1744,8 +1762,10 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
         return UOp(x.op, vec, tuple(_whole(done[s], w) for s in x.src), x.arg)
     return tuple(x.replace(src=tuple(_lane(done[s], k) for s in x.src)) for k in range(w))
+  varies = free_ranges(sink)
   for x in sink.toposort[:-1]:
-    done[x] = x if x is not lane and all(done[s] is s for s in x.src) else vector(x)
+    if lane in varies[x] or (x.op is Ops.REDUCE and lane in x.src[1:]): done[x] = vector(x)
+    else: done[x] = x if all(done[s] is s for s in x.src) else x.replace(src=tuple(done[s] for s in x.src))
   return sink.replace(src=tuple(st for s in sink.src for st in (done[s] if isinstance(done[s], tuple) else (done[s],))))
 
 def _is_vector(v:UOp|tuple) -> bool: return not isinstance(v, tuple) and v.dtype is not None and v.dtype.count > 1
@@ -1759,7 +1779,9 @@ def _whole(v:UOp|tuple, w:int) -> UOp:  # the same value as one vector
 def to_gpu(sink:UOp) -> UOp:
   """Ranges become a GPU launch: global ranges block ids, local and group ranges thread ids. The kernel is simplified
   before store_once asks which thread ids a stored value uses."""
-  for step in (fit_grid, share_reductions, thread_ids, simplify, store_once): sink = step(sink)
+  sink = fit_grid(sink)
+  ids = thread_ids(sink)  # before share_reductions, whose shared memory ties every thread of a group to its result
+  for step in (share_reductions, lambda s: substitute(s, ids), simplify, store_once): sink = step(sink)
   return sink
 
 def fit_grid(sink:UOp) -> UOp:  # a grid has 3 dims, y and z of at most 65535 blocks: merge the outer ones until it fits
@@ -1786,12 +1808,18 @@ def share_reductions(sink:UOp) -> UOp:
     return UOp(Ops.LOAD, u.dtype, (barrier, g.const_like(0)))
   return graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
 
-def thread_ids(sink:UOp) -> UOp:  # global ranges read the block's id, local and group ranges the thread's
-  ids = {}
+def thread_ids(sink:UOp) -> dict[UOp, UOp]:
+  """Global ranges read the block's id, local and group ranges the thread's. Ranges of one size that run in turn (no
+  value varies with two: a row's reduces, then its columns) are one thread id, each dim x, y, z a list of them."""
+  free, ids = free_ranges(sink).values(), {}
   for kind, kinds in ((AxisType.GLOBAL, (AxisType.GLOBAL,)), (AxisType.LOCAL, (AxisType.LOCAL, AxisType.GROUP))):
-    rs = [r for k in kinds for r in ranges(sink, k)]
-    ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(kind, dim)) for dim, r in enumerate(rs)})
-  return substitute(sink, ids)
+    dims: list[list[UOp]] = []
+    for r in (r for k in kinds for r in ranges(sink, k)):
+      dim = next((d for d in dims if d[0].size == r.size and not any(r in f and s in f for f in free for s in d)), None)
+      if dim is None: dims.append(dim := [])
+      dim.append(r)
+    ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(kind, i)) for i, d in enumerate(dims) for r in d})
+  return ids
 
 def store_once(sink:UOp) -> UOp:  # every thread of a block holds its reduction's result: thread 0 stores it
   def once(st:UOp) -> UOp:
@@ -1846,10 +1874,12 @@ def narrow_index(sink:UOp) -> UOp:
   return rebuild(sink, narrow)
 
 def add_loops(sink:UOp) -> UOp:
-  """Output ranges left (on the CPU: all of them) become loops around the stores."""
+  """Output ranges left (on the CPU: all of them; on a GPU: a row's columns) become loops around the stores."""
   body = sink.src
-  for r in reversed(ranges(sink, AxisType.GLOBAL)): body = (UOp(Ops.END, None, (r,) + body),)
+  for r in reversed([r for r in ranges(sink) if r.kind in output_loops]): body = (UOp(Ops.END, None, (r,) + body),)
   return sink.replace(src=body)
+
+output_loops = (AxisType.GLOBAL, AxisType.LOOP)
 
 def linearize(sink:UOp) -> list[UOp]:
   """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
@@ -1858,7 +1888,7 @@ def linearize(sink:UOp) -> list[UOp]:
   # a reduce over several ranges nests them: END(outer, END(inner, ...))
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
-  for e in (e for e in order if e.op is Ops.END and e.src[0].kind is not AxisType.GLOBAL):
+  for e in (e for e in order if e.op is Ops.END and e.src[0].kind not in output_loops):
     around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
                                            for s in e.src[1:]])
   @functools.cache
@@ -1868,7 +1898,7 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | (enclosing(u) if u.op is Ops.RANGE else frozenset())
     scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
-  depth = {r: (r.kind is not AxisType.GLOBAL, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
+  depth = {r: (r.kind not in output_loops, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
   pos = {u: i for i, u in enumerate(order)}
   closes = {e.src[0]: e for e in order if e.op is Ops.END}
