@@ -1284,16 +1284,18 @@ def _expands(st:ShapeTracker) -> bool:
   return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
 def split_reduce(r:UOp, device:str) -> UOp:
-  """A big reduction to few outputs runs as two kernels: about 256 partial results per output, each over a
-  contiguous chunk of a multiple of four of the device's vectors, or one, or 4 elements (vector loads, unrolled), then
-  their combine. One kernel would be one block of threads: a sliver of a GPU. A size with no such split is padded with
-  the reduction's identity (which gates every load: no vectors)."""
+  """A big reduction to few outputs runs as two kernels: about 256 partial results per output (on a GPU, one per 4096
+  elements up to 4096: a block each, enough to fill every SM), each over a contiguous chunk of a multiple of four of
+  the device's vectors, or one, or 4 elements (vector loads, unrolled), then their combine. One kernel would be one
+  block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity (which gates
+  every load: no vectors)."""
   (op, axes), x = r.arg, Tensor(r.src[0], device=device)
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < 2**15 or prod(kept) >= 256: return r
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-  w = Device.target(device).width
-  unit, parts = next(((u, p) for u in (4 * w, w, 4) for p in range(256, 63, -1) if size % (u * p) == 0), (4 * w, 256))
+  w, most = Device.target(device).width, min(4096, max(256, size // 4096)) if Device.target(device).has_local else 256
+  unit, parts = next(((u, p) for u in (4 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0),
+                     (4 * w, most))
   x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
@@ -1623,7 +1625,9 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   out_size = prod(r.size for r in glob)
   rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
-  if dev.has_local and red and (out_size <= 2048 or rows):
+  # a GPU: a block per output where a thread each would leave it idle (2048 outputs or fewer, or 16384 with rows long
+  # enough to share: the 10 columns of an MLP's last matmul)
+  if dev.has_local and red and (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows):
     return [Opt(AxisType.GROUP, red[-1], min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1)))]
   w = dev.width
   if not red and glob and _unit_stride(sink, glob[-1]):
@@ -1633,7 +1637,10 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
     n = 4 * w if not dev.has_local and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) else 4
-    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r): opts.append(Opt(AxisType.UPCAST, r, n))
+    # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide memory latency behind each other
+    threads = out_size // (prod(o.amount for o in opts) * n)
+    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.has_local or threads >= 2**16):
+      opts.append(Opt(AxisType.UPCAST, r, n))
   tile, reduces = bool(opts), [u for u in sink.toposort if u.op is Ops.REDUCE]
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
