@@ -2189,6 +2189,62 @@ def test_a_cuda_compile_error_is_a_tiny_compile_error():
   with pytest.raises(tiny.CompileError, match="undefined_b"):
     tiny.Compiled("CUDA", gpu).program(tiny.Program("k", src, [], (1,), (1,)))
 
+# BEAM=n searches each new kernel's opts by timing them on the device, and keeps the program it found on disk
+
+def test_beam_times_candidates_and_keeps_every_value(monkeypatch, capsys, tmp_path):
+  monkeypatch.setenv("TINY_CACHE", str(tmp_path))  # nothing searched before
+  timed = []
+  real = tiny._time
+  monkeypatch.setattr(tiny, "_time", lambda fn, prog, bufs: timed.append(prog.opts) or real(fn, prog, bufs))
+  monkeypatch.setenv("BEAM", "2")
+  monkeypatch.setenv("DEBUG", "2")
+  x, w, v = rand_list((18, 45), 160), rand_list((45, 30), 161), rand_list((1002,), 162)
+  assert_close(poisoned(lambda a, b: a @ b, x, w).tolist(), ref_matmul(x, w), rtol=1e-5, atol=1e-5)
+  assert_close(poisoned(lambda a: a.softmax(-1), x).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
+  assert_close(poisoned(lambda a: a.sum(), v).tolist(), math.fsum(v), rtol=1e-5)
+  assert len(set(timed)) > 10 and "" in timed  # many candidates, from no opts on
+  lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("***")]
+  assert any(re.search(r"GB/s\) ((upcast|unroll|thread) \d+:\d+ ?)+$", line) for line in lines), lines
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_every_opt_a_search_may_try_keeps_every_value(device):
+  """Random chains of the opts BEAM picks from, on kernels of odd shapes: each lowers to a kernel that writes every
+  output element (poisoned first) with the reference's value. On PYTHON, the GPU's threads and shared reductions."""
+  rng = random.Random(170)
+  x, w, v = rand_list((6, 36), 171), rand_list((36, 10), 172), rand_list((1002,), 173)
+  programs = [(lambda a, b: a @ b, (x, w), ref_matmul(x, w)), (lambda a, b: a.softmax(-1), (x, w), ref_softmax(x, -1)),
+              (lambda a, b: (a * 2).sum(-1, keepdim=True) + a, (x, w), ref_ew(operator.add, ref_reduce(
+                lambda r: math.fsum(2 * e for e in r), x, -1, True), x)),
+              (lambda a, b: a.max(), (v, w), max(v))]
+  target = tiny.Device.target(device)
+  for fn, inputs, want in programs:
+    for trial in range(12):
+      ts = [Tensor(i, device=device).realize() for i in inputs]
+      item, = tiny.schedule([fn(*ts)])
+      sink, opts = tiny.ranged(item.ast, target), ()
+      for _ in range(rng.randint(1, 3)):
+        if cands := tiny.candidates(sink, target):
+          opt = rng.choice(cands)
+          sink, opts = tiny.apply_opt(sink, opt), opts + (opt,)
+      prog = tiny.finish(*tiny.launch_opts(sink, opts, target), item.ast, target)
+      out = item.bufs[0]
+      out.copyin(memoryview(struct.pack(f"{out.size}f", *[math.nan] * out.size)))
+      tiny.Device[device].program(prog)(*[b.buf for b in item.bufs], global_size=prog.global_size,
+                                        local_size=prog.local_size, wait=True)
+      got = list(struct.unpack(f"{out.size}f", out.copyout()))
+      assert_close(got, flat(want) if isinstance(want, list) else [want], rtol=1e-5, atol=1e-5), (prog.opts, prog.src)
+
+def test_a_searched_kernel_is_kept_on_disk(tmp_path):
+  script = """
+    import tiny
+    from tiny import Tensor
+    if PHASE == "second": tiny.beam = None  # a search now would fail: the first process's program must be read back
+    print((Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.5]]) @ Tensor([[1.0], [2.0], [0.5]])).tolist())
+  """
+  for phase in ("first", "second"):
+    r = run_python(f"PHASE = {phase!r}\n" + textwrap.dedent(script), tmp_path, DEVICE="CPU", BEAM="1")
+    assert r.stdout == "[[6.5], [17.25]]\n", r.stdout
+
 CACHE_SCRIPT = "from tiny import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 7 + 0.25).tolist())"
 DAMAGE = {  # an entry is the sha256 of its key and binary, then the binary
   "truncated": lambda entry: entry[:len(entry) // 2], "empty": lambda entry: b"",

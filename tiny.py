@@ -1420,13 +1420,14 @@ class Program:
   global_size: tuple[int, ...]
   local_size: tuple[int, ...]
   info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
+  opts: str = ""  # the opts it was lowered with, for DEBUG=2
   def dumps(self) -> bytes:  # for the disk cache: what runs source needs (the uops run only on the emulator)
     return json.dumps({"name": self.name, "src": self.src, "global_size": self.global_size,
-                       "local_size": self.local_size, "info": self.info}).encode()
+                       "local_size": self.local_size, "info": self.info, "opts": self.opts}).encode()
   @staticmethod
   def loads(text:bytes) -> Program:
     d = json.loads(text)
-    return Program(d["name"], d["src"], [], *(tuple(d[k]) for k in ("global_size", "local_size", "info")))
+    return Program(d["name"], d["src"], [], *(tuple(d[k]) for k in ("global_size", "local_size", "info")), d["opts"])
 
 widths = (4, 8, 16)  # lanes a vector may have: GPUs load float4s; a CPU's registers hold 4, 8 or 16 floats
 
@@ -1439,8 +1440,17 @@ class Target(NamedTuple):
   @property
   def has_local(self) -> bool: return self.renderer.has_local
 
-def lower(ast:UOp, target:Target) -> Program:
-  sink = optimize(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates)), target)
+def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
+  """The kernel's program: its opts chosen by the heuristic, or with BEAM=n and a device to time them on, searched."""
+  sink = ranged(ast, target)
+  if (width := getenv("BEAM")) and device is not None and not getenv("NOOPT"): return beam(sink, ast, device, width)
+  return finish(*optimize(sink, target), ast, target)
+
+def ranged(ast:UOp, target:Target) -> UOp:  # the kernel over ranges, as opts find it
+  sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
+  return row_loops(sink) if target.has_local else sink
+
+def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
   for step in (to_gpu if target.has_local else to_cpu, functools.partial(expand, dev=target), simplify,
                to_accumulators, simplify, add_loops, narrow_index):
@@ -1448,7 +1458,7 @@ def lower(ast:UOp, target:Target) -> Program:
   uops = linearize(sink)
   bufs = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)  # all, read or not
   src = target.renderer.render(name, uops, bufs)
-  return Program(name, src, uops, *launch_dims(uops), _cost(ast))
+  return Program(name, src, uops, *launch_dims(uops), _cost(ast), " ".join(map(str, opts)))
 
 def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and the size of each axis
   rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (r.kind.value, r.arg.id))
@@ -1563,14 +1573,21 @@ class Opt:
   kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP or THREAD
   axis: UOp       # the RANGE to split
   amount: int
+  def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
 
-def optimize(sink:UOp, dev:Target) -> UOp:
-  sink = merge_ranges(simplify(sink))
-  if dev.has_local: sink = row_loops(sink)
-  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink
-  for opt in heuristic(sink, dev): sink = apply_opt(sink, opt)
-  for opt in (local_opts if dev.has_local else thread_opts)(sink, dev): sink = apply_opt(sink, opt)
-  return sink
+def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
+  """The heuristic's opts, then the launch's; returned with the opts applied."""
+  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink, ()
+  return launch_opts(*apply_opts(sink, heuristic(sink, dev)), dev)
+
+def apply_opts(sink:UOp, opts:Sequence[Opt]) -> tuple[UOp, tuple[Opt, ...]]:
+  for opt in opts: sink = apply_opt(sink, opt)
+  return sink, tuple(opts)
+
+def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
+  """The threads of a block (GPU) or the cores (CPU), where the opts before chose none."""
+  more = (local_opts if dev.has_local else thread_opts)(sink, dev)
+  return apply_opts(sink, more)[0], opts + tuple(more)
 
 def row_loops(sink:UOp) -> UOp:
   """A row program on a GPU runs a block per row: the row's columns (the output ranges a reduce in the kernel doesn't
@@ -1683,6 +1700,49 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
   return [Opt(AxisType.THREAD, glob[0], threads)] if threads else []
+
+# BEAM=n: the opts of each new kernel searched by timing candidates on the device itself, as tinygrad's BEAM does. The
+# program found goes to the disk cache under BEAM=n, so a kernel is searched once per machine.
+
+def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
+  """From no opts, each step extends each of the `width` fastest kernels of the last by one more opt (any split that
+  divides a range still whole), times every new one, and keeps the `width` fastest; it stops when a step finds none
+  faster than the last. The heuristic's kernel is timed too, so a search never picks a slower one."""
+  target = Device.target(device)
+  bufs = [Buffer(device, u.arg.size, u.dtype) for u in sorted((u for u in ast.toposort if u.op is Ops.PARAM),
+                                                              key=lambda u: u.arg.slot)]
+  def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[tuple[float, UOp, tuple[Opt, ...], Program]]:
+    progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
+    fns = list(compile_pool().map(lambda p: _or_none(Device[device].program, p), progs))  # compiles side by side
+    return sorted(((_time(fn, p, bufs), s, opts, p) for (s, opts), p, fn in zip(cands, progs, fns) if fn),
+                  key=lambda t: t[0])
+  beams = timed([(sink, ())])
+  while step := timed([(apply_opt(s, o), opts + (o,)) for _, s, opts, _ in beams[:width] for o in candidates(s, target)]):
+    if step[0][0] >= beams[0][0]: break
+    beams = step
+  return min(beams[0], timed([apply_opts(sink, heuristic(sink, target))])[0], key=lambda t: t[0])[3]
+
+def candidates(sink:UOp, dev:Target) -> list[Opt]:
+  """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
+  whole; on a GPU, a block's threads on an output range or across a reduction (threads past a range's end are gated),
+  where no opt made threads yet: a group's shared memory has a slot for each thread of its own range, no more (a row
+  program's block, whose reduces and columns take turns on one thread id, is the heuristic's)."""
+  rs = ranges(sink)
+  lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
+  threads = dev.has_local and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
+  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + [AxisType.LOCAL] * threads, AxisType.LOOP: [AxisType.UPCAST],
+           AxisType.REDUCE: [AxisType.UNROLL] + [AxisType.GROUP] * threads}
+  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 256)
+          if n < r.size and (r.size % n == 0 and lanes * n <= 64 if kind in (AxisType.UPCAST, AxisType.UNROLL)
+                             else n <= dev.local_max)]
+
+def _or_none(fn:Callable, *args):  # a candidate that fails to compile is no candidate
+  try: return fn(*args)
+  except CompileError: return None
+
+def _time(fn:Callable, prog:Program, bufs:list[Buffer]) -> float:
+  return min(fn(*[b.buf for b in bufs], global_size=prog.global_size, local_size=prog.local_size, wait=True)
+             for _ in range(3))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 2: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
@@ -2558,14 +2618,14 @@ program_cache: dict[tuple[UOp, str, int], Program] = {}
 def to_program(ast:UOp, device:str) -> Program:
   """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
   UOps), else lowered now. The cache equals the AST, so an equal AST is the same object: found at once."""
-  key = (ast, device, getenv("NOOPT"))
+  key = (ast, device, getenv("NOOPT"), getenv("BEAM"))
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
-    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} NOOPT={key[2]}\n" \
-             f"{text(ast)}".encode()
-    runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep
+    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} NOOPT={key[2]} " \
+             f"BEAM={key[3]}\n{text(ast)}".encode()
+    runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep (nor times them)
     if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
-      prog = lower(ast, target)
+      prog = lower(ast, target, device if runs_source else None)
       if runs_source: cache_write(stored, ".json", prog.dumps())
     else: prog = Program.loads(entry)
     program_cache[key] = prog
@@ -2599,7 +2659,7 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
       if debug >= 2:
         flops, mem = launch.prog.info
         print(f"*** {item.bufs[0].device:6s} {i:4d} {launch.prog.name:30s} {item.why:10s} arg {len(item.bufs):2d} "
-              f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s)")
+              f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s) {launch.prog.opts}")
       total += tm or 0.0
     remember(item.outs)
   return total
