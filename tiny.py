@@ -1680,10 +1680,11 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (term
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
-  short, up to 128 threads within the device's limit."""
+  short, up to 128 threads within the device's limit; 32 for a kernel with a reduce (what BEAM chose for every matmul
+  on an H100: a small block spreads a matmul's few threads over more of the SMs)."""
   glob = ranges(sink, AxisType.GLOBAL)
   if not glob or ranges(sink, AxisType.LOCAL) or ranges(sink, AxisType.GROUP): return []  # a group's block: its reduce
-  opts, budget = [], min(dev.local_max, 128)
+  opts, budget = [], min(dev.local_max, 32 if ranges(sink, AxisType.REDUCE) else 128)
   for r in reversed(glob[-2:]):
     if budget >= 2: opts.append(Opt(AxisType.LOCAL, r, min(budget, r.size)))
     budget //= min(budget, r.size)
