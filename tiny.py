@@ -1693,10 +1693,11 @@ def local_opts(sink:UOp, dev:Target) -> list[Opt]:
 def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
-  glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
-  reduced = {r for u in reduces for r in u.src[1:]}  # a reduce's loops run once per output; loops in turn add up
-  work = prod(r.size for r in ranges(sink) if r not in reduced) * \
-    max(1, sum(prod(r.size for r in u.src[1:]) for u in reduces))
+  glob, reduces, free = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
+  reduced = {r for u in reduces for r in u.src[1:]}
+  # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row)
+  work = prod(r.size for r in ranges(sink) if r not in reduced) + \
+    sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
   if not glob or work < 2**21 * dev.cores: return []
   n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
