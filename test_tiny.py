@@ -799,7 +799,7 @@ def test_dear_work_read_through_a_broadcast_is_stored_once():  # exp(x) would be
 def test_a_softmax_row_is_one_kernel():
   for device in ("CPU", "PYTHON", "CUDA"):
     assert len(tiny.schedule([Tensor.empty(4096, 1024, device=device).softmax(-1)])) == 1
-  assert len(tiny.schedule([Tensor.empty(10**6, device="CPU").softmax(-1)])) == 5  # one long row: split across the cores instead
+  assert len(tiny.schedule([Tensor.empty(10**6, device="CPU").softmax(-1)])) == 5  # one long row: split across cores
 
 def test_cpu_threads_count_a_rows_reduces_once_a_row(monkeypatch):  # not once per column: 4 rows are too little work
   monkeypatch.setenv("THREADS", "2")
@@ -1858,7 +1858,8 @@ int cuEventRecord(void) { return 0; }
 int cuEventSynchronize(void) { return 0; }
 int cuEventDestroy_v2(void) { return 0; }
 int cuEventElapsedTime(void) { return 0; }
-int cuGetErrorName(int s, const char **p) { *p = s == 201 ? "CUDA_ERROR_INVALID_CONTEXT" : "CUDA_ERROR_INVALID_VALUE"; return 0; }
+int cuGetErrorName(int s, const char **p) {
+  *p = s == 201 ? "CUDA_ERROR_INVALID_CONTEXT" : "CUDA_ERROR_INVALID_VALUE"; return 0; }
 int cuGetErrorString(int s, const char **p) { *p = "refused"; return 0; }
 """
 

@@ -1693,8 +1693,8 @@ def local_opts(sink:UOp, dev:Target) -> list[Opt]:
 def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs tens of microseconds, what a million cached floats take to add up."""
-  glob, reduces, free = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
-  reduced = {r for u in reduces for r in u.src[1:]}
+  glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
+  reduced, free = {r for u in reduces for r in u.src[1:]}, free_ranges(sink)
   # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row)
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
@@ -1707,9 +1707,9 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 # program found goes to the disk cache under BEAM=n, so a kernel is searched once per machine.
 
 def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
-  """From no opts, each step extends each of the `width` fastest kernels of the last by one more opt (any split that
-  divides a range still whole), times every new one, and keeps the `width` fastest; it stops when a step finds none
-  faster than the last. The heuristic's kernel is timed too, so a search never picks a slower one."""
+  """From no opts, each step extends each of the `width` fastest kernels of the last by one more opt (candidates),
+  times every new one, and keeps the `width` fastest; it stops when a step finds none faster than the last. The
+  heuristic's kernel is timed too, so a search never picks a slower one."""
   target = Device.target(device)
   bufs = [Buffer(device, u.arg.size, u.dtype) for u in sorted((u for u in ast.toposort if u.op is Ops.PARAM),
                                                               key=lambda u: u.arg.slot)]
@@ -1718,10 +1718,10 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
     fns = list(compile_pool().map(lambda p: _or_none(Device[device].program, p), progs))  # compiles side by side
     return sorted(((_time(fn, p, bufs), s, opts, p) for (s, opts), p, fn in zip(cands, progs, fns) if fn),
                   key=lambda t: t[0])
+  def extended(beams) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
+    return [(apply_opt(s, o), opts + (o,)) for _, s, opts, _ in beams[:width] for o in candidates(s, target)]
   beams = timed([(sink, ())])
-  while step := timed([(apply_opt(s, o), opts + (o,)) for _, s, opts, _ in beams[:width] for o in candidates(s, target)]):
-    if step[0][0] >= beams[0][0]: break
-    beams = step
+  while (found := timed(extended(beams))) and found[0][0] < beams[0][0]: beams = found
   return min(beams[0], timed([apply_opts(sink, heuristic(sink, target))])[0], key=lambda t: t[0])[3]
 
 def candidates(sink:UOp, dev:Target) -> list[Opt]:
@@ -2615,7 +2615,7 @@ class Buffer:
 # ---------------------------------------------------------------------------------------------------------------------
 # Running a schedule, and seeing what it would run.
 
-program_cache: dict[tuple[UOp, str, int], Program] = {}
+program_cache: dict[tuple[UOp, str, int, int], Program] = {}  # (ast, device, NOOPT, BEAM) -> its program
 
 def to_program(ast:UOp, device:str) -> Program:
   """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
