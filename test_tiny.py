@@ -802,9 +802,9 @@ def test_a_softmax_row_is_one_kernel():
   assert len(tiny.schedule([Tensor.empty(10**6, device="CPU").softmax(-1)])) == 5  # one long row: split across cores
 
 def test_cpu_threads_count_a_rows_reduces_once_a_row(monkeypatch):  # not once per column: 4 rows are too little work
-  monkeypatch.setenv("THREADS", "2")
-  small, = tiny.render(Tensor.empty(4, 1000, device="CPU").softmax(-1))
-  big, = tiny.render(Tensor.empty(4096, 1024, device="CPU").softmax(-1))
+  monkeypatch.setattr(tiny, "threads", lambda: 2)  # (shapes no other test lowers: programs are kept by kernel)
+  small, = tiny.render(Tensor.empty(4, 1001, device="CPU").softmax(-1))
+  big, = tiny.render(Tensor.empty(2046, 1024, device="CPU").softmax(-1))
   assert small.global_size[0] == 1 and big.global_size[0] == 2
 
 def row_programs(x):  # (program, pure-Python reference, kernels)
