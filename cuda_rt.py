@@ -2,7 +2,7 @@
 # no GPU and no driver present; the driver API (libcuda) loads it and launches it. Both libraries load on first use,
 # so importing this file never fails on a machine without CUDA. It imports nothing from tiny, which imports it from
 # beside itself (its own package, if it is in one).
-import ctypes, glob, os, site, threading
+import ctypes, glob, os, site
 from ctypes import POINTER as P, byref, c_char, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint64, c_void_p
 
 NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
@@ -157,10 +157,9 @@ class CUDADevice:
 
   def use(self) -> None:
     """Makes the context current on the calling thread. A context is current per thread, and tiny calls the driver
-    from several: the one that realizes, the workers that compile new kernels, and a freed buffer's last owner."""
-    if getattr(_current, "ctx", None) != self.ctx.value:
-      self.cu.cuCtxSetCurrent(self.ctx)
-      _current.ctx = self.ctx.value
+    from several: the one that realizes, the workers that compile new kernels, and a freed buffer's last owner. Set
+    each time, as another library on the thread may have made its own current (a cheap call: thread-local state)."""
+    self.cu.cuCtxSetCurrent(self.ctx)
 
   def attribute(self, attr: int) -> int:
     value = c_int()
@@ -191,8 +190,6 @@ class CUDADevice:
   def synchronize(self) -> None:
     self.use()
     self.cu.cuCtxSynchronize()
-
-_current = threading.local()  # .ctx: the context this thread made current
 
 def _host(mv: memoryview) -> ctypes.Array:
   # ctypes maps a writable buffer in place; a read-only one (bytes) it can only copy

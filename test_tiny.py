@@ -814,8 +814,9 @@ def row_programs(x):  # (program, pure-Python reference, kernels)
     (lambda t: t - t.max(-1, keepdim=True), lambda: ref_ew(operator.sub, x, ref_reduce(max, x, -1, True)), 1),
     (lambda t: (t - t.mean(-1, keepdim=True)).square().sum(-1),  # a reduce of a row that read a reduce
      lambda: ref_reduce(lambda v: math.fsum((e - mean(v)) ** 2 for e in v), x, -1), 1),
-    (lambda t: (t - t.max(-1, keepdim=True)).min(0),  # a row's reduce inside another reduce's loop
-     lambda: ref_reduce(min, ref_ew(operator.sub, x, ref_reduce(max, x, -1, True)), 0), 1),
+    (lambda t: (t - t.max(-1, keepdim=True)).min(0),  # a reduce over the rows: the row's max is stored, or it would
+     lambda: ref_reduce(min, ref_ew(operator.sub, x, ref_reduce(max, x, -1, True)), 0), 2),  # run again per column
+    (lambda t: t.softmax(-1).sum(0), lambda: ref_reduce(math.fsum, ref_softmax(x, -1), 0), 3),
     (lambda t: t.softmax(0), lambda: ref_softmax(x, 0), 3)]  # a column's: not its own row
 
 @pytest.mark.parametrize("shape", [(37, 53), (5, 1003), (3, 7, 36)])
@@ -831,6 +832,19 @@ def test_row_programs_run_a_block_per_row_on_the_emulator(shape):
   for fn, want, kernels in row_programs(x):
     assert len(tiny.schedule([fn(Tensor(x, device="PYTHON"))])) == kernels
     assert_close(poisoned(fn, x, device="PYTHON").tolist(), want(), rtol=1e-5, atol=1e-5)
+
+def test_a_row_reduce_beside_a_matmul_on_the_emulator():  # the matmul's reduce varies with every column: no row loop
+  x, w = rand_list((2, 30), 155), rand_list((30, 30), 156)
+  fn = lambda a, b: a @ b + a.sum(-1, keepdim=True)
+  want = ref_ew(operator.add, ref_matmul(x, w), ref_reduce(math.fsum, x, -1, True))
+  assert_close(poisoned(fn, x, w, device="PYTHON").tolist(), want, rtol=1e-5, atol=1e-5)
+  kernel, = tiny.render(fn(Tensor.empty(2, 300, device="CUDA"), Tensor.empty(300, 300, device="CUDA")))
+  assert math.prod(kernel.local_size) <= 1024, kernel.local_size
+
+def test_each_reduce_of_a_row_shares_the_gpu_block():  # the mean and the squares about it: two shared folds, in turn
+  t = Tensor.empty(512, 1000, device="CUDA")
+  kernel, = tiny.render((t - t.mean(-1, keepdim=True)).square().sum(-1))
+  assert kernel.src.count("__shared__") == 2 and kernel.local_size == (256, 1, 1), kernel.src
 
 def test_a_softmax_row_is_correct_on_the_emulator():  # 261 columns: each of a block's 256 threads loops past them
   x = rand_list((3, 261), 153, -9.0, 9.0)

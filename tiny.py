@@ -1293,7 +1293,8 @@ def split_reduce(r:UOp, device:str) -> UOp:
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < 2**15 or prod(kept) >= 256: return r
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
-  w, most = Device.target(device).width, min(4096, max(256, size // 4096)) if Device.target(device).has_local else 256
+  target = Device.target(device)
+  w, most = target.width, min(4096, max(256, size // 4096)) if target.has_local else 256
   unit, parts = next(((u, p) for u in (4 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0),
                      (4 * w, most))
   x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
@@ -1306,32 +1307,43 @@ def split_reduce(r:UOp, device:str) -> UOp:
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 
-def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
+def kernel_outputs(sink:UOp, stored:dict[UOp, str]|None=None) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
   recomputed (one read by several consumers, broadcast, or reduced again), and work dearer to recompute than to store
   (read through a broadcast, each element is computed once per copy: exp(x) in x.exp() @ w, once per output column).
   A reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax row's max, sum and
   outputs are one kernel, the row read again from cache (a CPU runs its loops in turn, row by row; a GPU block's
-  threads share each, see row_loops). And for each node, whether its kernel holds a reduce."""
+  threads share each, see row_loops). Not under a later reduce over other axes (x.softmax(-1).sum(0)): that would
+  compute the row again for each of its outputs, so the row's reduce is stored (`stored`: the decisions a first pass
+  found wrong). And for each node, whether its kernel holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
   realize = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
-  realize |= {u: "output" for u in sink.src if not _whole_buffer(u)}
+  realize |= {u: "output" for u in sink.src if not _whole_buffer(u)} | (stored or {})
   has_reduce: dict[UOp, bool] = {}
+  rows: dict[UOp, frozenset] = {}  # the row reduces kept in u's kernel
+  again: dict[UOp, str] = {}
   pending: dict[UOp, tuple|None] = {}  # a reduce in u not broadcast back yet: the shape of its rows, () if not rows
   cost: dict[UOp, int] = {}  # of one element, with what it fuses: the sources that aren't stored
   for u in order:
     has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
     pending[u] = _pending(u, [pending[s] for s in u.src if s not in realize])
     cost[u] = (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
+    rows[u] = frozenset().union(*[rows[s] for s in u.src if s not in realize])
+    if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in rows[u] if _axes(k) != _axes(u)}
     if u in realize or u.op is Ops.SINK: continue
-    if pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]): continue  # computed once a row
+    if pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]):  # computed once a row
+      if u.op is Ops.REDUCE_AXIS: rows[u] |= {u}
+      continue
     if pending[u] is not None and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
                                    (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
     elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
-  return realize, has_reduce
+  return kernel_outputs(sink, {**(stored or {}), **again}) if again else (realize, has_reduce)
+
+def _axes(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
+  return r.src[0].shape, tuple(sorted(r.arg[1]))
 
 def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs' pending
   if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
@@ -1446,7 +1458,7 @@ def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
   if (width := getenv("BEAM")) and device is not None and not getenv("NOOPT"): return beam(sink, ast, device, width)
   return finish(*optimize(sink, target), ast, target)
 
-def ranged(ast:UOp, target:Target) -> UOp:  # the kernel over ranges, as opts find it
+def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row loops on GPUs: what opts split
   sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
   return row_loops(sink) if target.has_local else sink
 
@@ -1590,14 +1602,17 @@ def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[
   return apply_opts(sink, more)[0], opts + tuple(more)
 
 def row_loops(sink:UOp) -> UOp:
-  """A row program on a GPU runs a block per row: the row's columns (the output ranges a reduce in the kernel doesn't
-  vary with) become loops in the block's threads, which compute the row's reduces once, together, then its outputs.
-  Not where a reduce runs inside another's loop (the min over rows of x - x.max(-1)): a block holds one reduce."""
-  free, glob = free_ranges(sink), ranges(sink, AxisType.GLOBAL)
-  reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
-  if not all(free[u] <= set(glob) for u in reduces): return sink
-  cols = {r for u in reduces for r in glob if r not in free[u]}
+  """A row program on a GPU runs a block per row: the row's columns (the output ranges no reduce in the kernel varies
+  with) become loops in the block's threads, which compute the row's reduces once, together, then its outputs. Not
+  where a reduce runs inside another's loop: a block shares one reduce at a time."""
+  reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
+  if not reduces or _nested(sink): return sink
+  cols = set(ranges(sink, AxisType.GLOBAL)) - set().union(*[free[u] for u in reduces])
   return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
+
+def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies with more than the output ranges
+  free, glob = free_ranges(sink), set(ranges(sink, AxisType.GLOBAL))
+  return not all(free[u] <= glob for u in sink.toposort if u.op is Ops.REDUCE)
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.size
@@ -1645,7 +1660,10 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   # a GPU: a block per output where a thread each would leave it idle (2048 outputs or fewer, or 16384 with rows long
   # enough to share: the 10 columns of an MLP's last matmul)
   if dev.has_local and red and (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows):
-    return [Opt(AxisType.GROUP, red[-1], min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1)))]
+    # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
+    # their groups run in turn, on one thread id
+    shared = [red[-1]] if _nested(sink) else dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE)
+    return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1))) for r in shared]
   w = dev.width
   if not red and glob and _unit_stride(sink, glob[-1]):
     # a vector a step, the last past the end (safe only with no next row to run into), or as wide as the rows fill
@@ -1680,11 +1698,11 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (term
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
-  short, up to 128 threads within the device's limit; 32 for a kernel with a reduce (what BEAM chose for every matmul
-  on an H100: a small block spreads a matmul's few threads over more of the SMs)."""
+  short, up to 128 threads within the device's limit; 32 for a matmul, whose reduce reuses its loads (what BEAM chose
+  for the bigger matmuls on an H100: a small block spreads a matmul's few threads over more of the SMs)."""
   glob = ranges(sink, AxisType.GLOBAL)
   if not glob or ranges(sink, AxisType.LOCAL) or ranges(sink, AxisType.GROUP): return []  # a group's block: its reduce
-  opts, budget = [], min(dev.local_max, 32 if ranges(sink, AxisType.REDUCE) else 128)
+  opts, budget = [], min(dev.local_max, 32 if any(_reused(sink, r) for r in glob) else 128)
   for r in reversed(glob[-2:]):
     if budget >= 2: opts.append(Opt(AxisType.LOCAL, r, min(budget, r.size)))
     budget //= min(budget, r.size)
@@ -1715,32 +1733,37 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
                                                               key=lambda u: u.arg.slot)]
   def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[tuple[float, UOp, tuple[Opt, ...], Program]]:
     progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
-    fns = list(compile_pool().map(lambda p: _or_none(Device[device].program, p), progs))  # compiles side by side
-    return sorted(((_time(fn, p, bufs), s, opts, p) for (s, opts), p, fn in zip(cands, progs, fns) if fn),
-                  key=lambda t: t[0])
+    fns = compile_pool().map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
+    times = [_tried(_time, fn, p, bufs) if fn else None for fn, p in zip(fns, progs)]
+    return sorted(((t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None),
+                  key=lambda c: c[0])
   def extended(beams) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
     return [(apply_opt(s, o), opts + (o,)) for _, s, opts, _ in beams[:width] for o in candidates(s, target)]
   beams = timed([(sink, ())])
-  while (found := timed(extended(beams))) and found[0][0] < beams[0][0]: beams = found
-  return min(beams[0], timed([apply_opts(sink, heuristic(sink, target))])[0], key=lambda t: t[0])[3]
+  while (found := timed(extended(beams))) and (not beams or found[0][0] < beams[0][0]): beams = found
+  prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
+  return beams[0][3] if beams and beams[0][0] < _time(Device[device].program(prog), prog, bufs) else prog
 
 def candidates(sink:UOp, dev:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
-  whole; on a GPU, a block's threads on an output range or across a reduction (threads past a range's end are gated),
-  where no opt made threads yet: a group's shared memory has a slot for each thread of its own range, no more (a row
-  program's block, whose reduces and columns take turns on one thread id, is the heuristic's)."""
+  whole; on a GPU, threads on an output range or across a reduction (a range's tail past the last block is gated),
+  where no opt made threads yet. (A group folds in shared memory with one slot per thread of its own range: a second
+  set of threads would race on it. A row program's block, whose reduces and columns take turns on one thread id, is
+  the heuristic's.)"""
   rs = ranges(sink)
   lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
   threads = dev.has_local and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
-  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + [AxisType.LOCAL] * threads, AxisType.LOOP: [AxisType.UPCAST],
-           AxisType.REDUCE: [AxisType.UNROLL] + [AxisType.GROUP] * threads}
-  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 256)
-          if n < r.size and (r.size % n == 0 and lanes * n <= 64 if kind in (AxisType.UPCAST, AxisType.UNROLL)
-                             else n <= dev.local_max)]
+  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if threads else []), AxisType.LOOP: [AxisType.UPCAST],
+           AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if threads else [])}
+  def fits(kind:AxisType, r:UOp, n:int) -> bool:
+    if kind in (AxisType.UPCAST, AxisType.UNROLL): return r.size % n == 0 and lanes * n <= 64
+    return n <= dev.local_max
+  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ())
+          for n in (2, 4, 8, 16, 32, 64, 128, 256) if n < r.size and fits(kind, r, n)]
 
-def _or_none(fn:Callable, *args):  # a candidate that fails to compile is no candidate
+def _tried(fn:Callable, *args):  # a candidate that fails to compile or to launch (too many registers, say) is none
   try: return fn(*args)
-  except CompileError: return None
+  except RuntimeError: return None  # (CompileError is one, and each runtime's errors)
 
 def _time(fn:Callable, prog:Program, bufs:list[Buffer]) -> float:
   return min(fn(*[b.buf for b in bufs], global_size=prog.global_size, local_size=prog.local_size, wait=True)
@@ -1811,8 +1834,8 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
   reduce is a vector accumulator, and one over the lanes themselves adds its lanes up after the loop. Anything else
   runs lane by lane: w copies reading their sources' lanes (one lane of a vector, or the lane's own copy)."""
   w, ops = lane.size, dialect.vector_ops
-  # node -> a vector or a tuple of its w lanes; one that doesn't vary with the lane (a vector of other lanes, say) keeps
-  # its value, with sources rebuilt where it reads a reduce over the lanes
+  # node -> a vector or a tuple of its w lanes; one that doesn't vary with the lane (a vector an earlier call made
+  # along another range, say) keeps its value, with sources rebuilt where it reads a reduce over the lanes
   done: dict[UOp, UOp|tuple] = {}
   def vector(x:UOp) -> UOp|tuple:
     vec = None if x.dtype is None else x.dtype.vec(w)
@@ -2625,7 +2648,7 @@ def to_program(ast:UOp, device:str) -> Program:
     target = Device.target(device)
     stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} NOOPT={key[2]} " \
              f"BEAM={key[3]}\n{text(ast)}".encode()
-    runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep (nor times them)
+    runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep; BEAM times no UOps
     if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
       prog = lower(ast, target, device if runs_source else None)
       if runs_source: cache_write(stored, ".json", prog.dumps())
