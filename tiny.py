@@ -1650,10 +1650,11 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   would read rows apart, uncoalesced), unrolled reduce loops, and blocks of threads on the output."""
   opts: list[Opt] = []
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
+  reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
+  inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
   if cols := ranges(sink, AxisType.LOOP):  # a block per row: its threads share each reduce, then the last column
     threads = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
-    reduces = dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE)
-    return [Opt(AxisType.GROUP, r, threads) for r in reduces] + [Opt(AxisType.LOCAL, cols[-1], threads)]
+    return [Opt(AxisType.GROUP, r, threads) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], threads)]
   out_size = prod(r.size for r in glob)
   rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
@@ -1662,7 +1663,7 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   if dev.has_local and red and (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows):
     # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
     # their groups run in turn, on one thread id
-    shared = [red[-1]] if _nested(sink) else dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE)
+    shared = [red[-1]] if _nested(sink) else inner
     return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1))) for r in shared]
   w = dev.width
   if not red and glob and _unit_stride(sink, glob[-1]):
@@ -1676,12 +1677,12 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
     threads = out_size // (prod(o.amount for o in opts) * n)
     if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.has_local or threads >= 2**16):
       opts.append(Opt(AxisType.UPCAST, r, n))
-  tile, reduces = bool(opts), [u for u in sink.toposort if u.op is Ops.REDUCE]
+  tile = bool(opts)
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
     opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors keeps four vector accumulators: four adds in flight, not one by one
-  for r in dict.fromkeys(u.src[-1] for u in reduces):  # each reduce's innermost loop
+  for r in inner:
     amount = 4 if dev.has_local or tile else 4 * w if r.size % (4 * w) == 0 else _filled(r.size, dev)
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
