@@ -18,6 +18,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 from tiny import Tensor, Device, RawKernel, TinyJit, schedule, run_schedule, render, cdiv
 
+# Peers' thread pools spin on the cores for milliseconds after each call (libgomp, which torch uses: 300,000 spins by
+# default; OpenBLAS, which numpy uses: about 2**28 cycles), and interleaved, the next contender runs on what they
+# leave: on 2 cores that halved tiny's matmul beside numpy and doubled its row softmax beside torch. Set before the
+# peers load: libgomp spins a twentieth as long (torch's own times didn't move), OpenBLAS sleeps at once (nor did
+# numpy's). tiny's own pool never spins. A value set in the environment wins.
+os.environ.setdefault("GOMP_SPINCOUNT", "15000")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The ops as tiny writes them (torch and tinygrad spell them the same), and pure-Python references: given the inputs'
 # floats and shape, a function from a flat index of the output to the value expected there.
