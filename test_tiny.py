@@ -826,6 +826,30 @@ def test_row_programs_in_one_kernel_at_every_cpu_width(cpu_width, shape):
     assert len(tiny.schedule([fn(Tensor(x, device="CPU"))])) == kernels
     assert_close(poisoned(fn, x).tolist(), want(), rtol=1e-5, atol=1e-5)
 
+@pytest.mark.parametrize("shape", [(29, 16), (37, 53), (9, 261)])
+def test_a_cpu_softmax_row_computes_exp_once(cpu_width, shape):
+  """The exp summed in the reduce's loop is stored in the output there and read back for the output, not computed
+  again: the output loop has no exp (16 columns: no column loop, so only the order of the load after the stores
+  keeps it right)."""
+  x = rand_list(shape, 157, -9.0, 9.0)
+  kernel, = tiny.render(Tensor(x, device="CPU").realize().softmax(-1))
+  assert re.search(r"= [^;]*\bdata0\b", kernel.src), kernel.src  # the output, read back
+  assert_close(poisoned(lambda t: t.softmax(-1), x).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
+  assert_close(poisoned(lambda t: t.softmax(-1) + t.exp().sum(-1, keepdim=True), x).tolist(),
+               ref_ew(operator.add, ref_softmax(x, -1), ref_reduce(math.fsum, ref_ew(math.exp, x), -1, True)),
+               rtol=1e-5, atol=1e-5)
+
+def test_vectors_of_comparisons_reduce_and_compare_as_bools(cpu_width):
+  """A vector of comparisons holds -1 for true: max (any) and min (all) over them, and bools compared, are still
+  false < true."""
+  x, y = rand_list((5, 36), 158, -1.0, 1.0), rand_list((5, 36), 159, -1.0, 1.0)
+  tx, ty = Tensor(x, device="CPU"), Tensor(y, device="CPU")
+  lt = ref_ew(lambda a, b: (a < 0.5) < (b < 0.3), x, y)
+  assert ((tx < 0.5) < (ty < 0.3)).tolist() == lt
+  assert ((tx < 0.5) < (ty < 0.3)).max(-1).tolist() == ref_reduce(max, lt, -1)
+  assert (tx < 0.5).max(-1).tolist() == ref_reduce(max, ref_ew(lambda a: a < 0.5, x), -1)
+  assert (tx < 0.5).min(-1).tolist() == ref_reduce(min, ref_ew(lambda a: a < 0.5, x), -1)
+
 @pytest.mark.parametrize("shape", [(37, 53), (3, 7, 36), (2, 3, 5)])
 def test_row_programs_run_a_block_per_row_on_the_emulator(shape):
   x = rand_list(shape, 154, -9.0, 9.0)

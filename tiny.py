@@ -533,8 +533,9 @@ def approximations(ops:frozenset[Ops]) -> PatternMatcher:
 
 def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
   return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
-def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # min(x, hi) is -max(-x, -hi)
-  return (-(-x).alu(Ops.MAX, x.const_like(-hi))).alu(Ops.MAX, x.const_like(lo))
+def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # two selects, each false for nan: nan passes through as itself
+  x = (x.const_like(hi) < x).where(x.const_like(hi), x)
+  return (x < lo).where(x.const_like(lo), x)
 def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
 
 def _exp2(x:UOp) -> UOp:
@@ -1460,7 +1461,7 @@ def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
 
 def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row loops on GPUs: what opts split
   sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
-  return row_loops(sink) if target.has_local else sink
+  return row_loops(sink) if target.has_local else reread(sink)
 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
@@ -1610,6 +1611,33 @@ def row_loops(sink:UOp) -> UOp:
   cols = set(ranges(sink, AxisType.GLOBAL)) - set().union(*[free[u] for u in reduces])
   return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
 
+def reread(sink:UOp) -> UOp:
+  """A row program computes a dear value twice: once in a reduce's loop, again for the row's outputs (a softmax row's
+  exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it into
+  the output, and the outputs read it back from there, in cache: a load for ~25 operations. On CPUs: a GPU computes
+  exp2 in one instruction, and its threads would read each other's columns. Only where rows are the outer ranges (the
+  CPU splits the outermost across its threads, each then owning its rows' columns) and the kernel reads nothing else
+  from that buffer; to_accumulators puts the store in the reduce's loop, linearize the load after it."""
+  reduces, free, glob = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink), ranges(sink, AxisType.GLOBAL)
+  cols = [r for r in glob if not any(r in free[u] for u in reduces)]
+  if not cols or glob[0] in cols or _nested(sink): return sink
+  early, late = [], []
+  for st in sink.src:
+    for u in reduces:
+      shared = dict(zip(u.src[1:], cols))  # the reduce's loop over the row's columns, in order
+      if len(u.src) - 1 != len(cols) or any(r.size != c.size for r, c in shared.items()): continue
+      value = substitute(u.src[0], shared)
+      if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
+         not any(x.op is Ops.LOAD and x.buf is st.buf for x in sink.toposort):
+        early.append(UOp(Ops.STORE, None, (st.buf, substitute(st.addr, {c: r for r, c in shared.items()}), u.src[0])))
+        st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, st.src[:2])})))
+        break
+    late.append(st)
+  return sink.replace(src=tuple(early + late))
+
+REREAD_COST = 8  # operations that cost more than storing their value and loading it again from cache
+def _alu_cost(u:UOp) -> int: return sum(alu_costs.get(x.op, 1) for x in u.toposort if x.op in GroupOp.ALU)
+
 def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies with more than the output ranges
   free, glob = free_ranges(sink), set(ranges(sink, AxisType.GLOBAL))
   return not all(free[u] <= glob for u in sink.toposort if u.op is Ops.REDUCE)
@@ -1694,8 +1722,8 @@ def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an in
   return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
              any(x.op is Ops.LOAD and x.buf.op is Ops.PARAM and r not in x.addr.toposort for x in u.src[0].toposort)
              for u in sink.toposort)
-def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store's address is r + (terms without r)
-  return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src)
+def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r + (terms without r)
+  return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
@@ -1799,8 +1827,11 @@ def expand(sink:UOp, dev:Target) -> UOp:
     return _combine(u.arg, [u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
   # the newest range's copies outermost: in a matmul tile, the vectors of a row of b split from the lanes, each loaded
-  # once and used by every row of a before the next (the registers hold 4 of them, not all 16)
-  return sink.replace(src=tuple(lane for st in sink.src for lane in lanes(st, ranges(st, AxisType.UPCAST)[::-1])))
+  # once and used by every row of a before the next (the registers hold 4 of them, not all 16). (A store in a
+  # reduce's loop, see reread, has its unrolled lanes too.)
+  copied = (AxisType.UPCAST, AxisType.UNROLL)
+  return sink.replace(src=tuple(lane for st in sink.src
+                                for lane in lanes(st, [r for r in ranges(st)[::-1] if r.kind in copied])))
 
 def _combine(op:Ops, xs:list[UOp]) -> UOp: return functools.reduce(lambda a, b: a.alu(op, b), xs)
 
@@ -1815,7 +1846,7 @@ def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
     return sum(u in looped for u in vectors), len(vectors)
   found = [(count(r, w), r, w)
            for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL) if (w := _filled(r.size, dev))]
-  free, chosen = free_ranges(sink).values(), []
+  free, chosen = [f for u, f in free_ranges(sink).items() if u is not sink], []
   for (_, n), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
     if n and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
   return chosen
@@ -1935,6 +1966,8 @@ def to_accumulators(sink:UOp) -> UOp:
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
+  inside = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}  # stores in its loop (see reread)
+  sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in inside.values())))
   for rs, us in groups.items():
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
@@ -1943,7 +1976,7 @@ def to_accumulators(sink:UOp) -> UOp:
     # where the value it adds doesn't depend on it
     now = [UOp(Ops.LOAD, a.dtype, (a, rs[-1])) for a in accs]
     body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(u.arg, substitute(u.src[0], done))) + rs)
-                 for a, acc, u in zip(accs, now, us))
+                 for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in inside[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
   return substitute(sink, done)
@@ -1999,6 +2032,14 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     for s in set(u.src): users[s].append(u)
   waiting = {u: len(set(u.src)) for u in order}
+  # memory order: a load from a buffer the kernel writes waits for the stores to it that read nothing from it (see
+  # reread: the values the loads read back)
+  loads = [u for u in order if u.op is Ops.LOAD and u.buf.op is Ops.PARAM]
+  for st in (u for u in order if u.op is Ops.STORE and u.buf.op is Ops.PARAM):
+    if not any(ld.buf is st.buf for ld in st.toposort if ld.op is Ops.LOAD):
+      for ld in (ld for ld in loads if ld.buf is st.buf):
+        users[st].append(ld)
+        waiting[ld] += 1
   # ready to emit, earliest in order first: work by the loops it needs, an END by the loop it closes (ranges: below)
   work: dict[tuple, list] = defaultdict(list)
   ends: dict[UOp, list] = defaultdict(list)
@@ -2194,6 +2235,7 @@ def _select(ctx:Names, mask:str, a:str, b:str, dtype:DType) -> str:
   return f"(({ctx.types[dtype]})(({bits}({a})&{mask})|({bits}({b})&~{mask})))"
 def _vector_max(ctx:Names, a:UOp, b:UOp, dtype:DType) -> str:  # nan wins, as in python_alu
   x, y = ctx[a], ctx[b]
+  if dtype.scalar == dtypes.bool: return f"({x}|{y})"  # masks: true (-1) is the smaller int
   return _select(ctx, f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
 def _vector_cast(ctx:Names, u:UOp) -> str:
   x, to = ctx[u.src[0]], ctx.types[u.dtype]
@@ -2205,6 +2247,7 @@ def _unsigned(ctx:Names, u:UOp) -> str:  # int vector + * - << on the unsigned b
   if u.op is Ops.SHL: srcs[1] = ctx[u.src[1]]
   return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*srcs)})"
 int_vectors = tuple(dtypes.int.vec(n) for n in widths)
+bool_vectors = tuple(dtypes.bool.vec(n) for n in widths)
 vector_types = tuple(d.vec(n) for d in (dtypes.float, dtypes.int, dtypes.bool) for n in widths)  # lanes as one value
 vector_rules = [
   (UPat(Ops.WHERE, dtype=vector_types, name="u"), lambda ctx, u: _select(ctx, *[ctx[s] for s in u.src], u.dtype)),
@@ -2214,9 +2257,11 @@ vector_rules = [
   (UPat(Ops.SHR, dtype=int_vectors, name="u"), lambda ctx, u: f"({ctx[u.src[0]]}>>{ctx[u.src[1]]})"),
   (UPat(Ops.CAST, dtype=vector_types, name="u"), _vector_cast),
   (UPat(Ops.BITCAST, dtype=vector_types, name="u"), lambda ctx, u: f"(({ctx.types[u.dtype]})({ctx[u.src[0]]}))"),
-  (UPat(Ops.VECTORIZE, dtype=tuple(dtypes.bool.vec(n) for n in widths), name="u"),
+  (UPat(Ops.CMPLT, src=(UPat.var("a", dtype=bool_vectors), UPat.var("b"))),
+    lambda ctx, a, b: f"(~{ctx[a]}&{ctx[b]})"),  # false < true, where true is the smaller int
+  (UPat(Ops.VECTORIZE, dtype=bool_vectors, name="u"),
     lambda ctx, u: f"(-{_vector(ctx, u.dtype, [ctx[s] for s in u.src])})"),  # 1 -> -1
-  (UPat(Ops.GEP, src=(UPat(dtype=tuple(dtypes.bool.vec(n) for n in widths)),), name="u"),
+  (UPat(Ops.GEP, src=(UPat(dtype=bool_vectors),), name="u"),
     lambda ctx, u: f"(-{ctx[u.src[0]]}{ctx.lanes[u.arg]})"),  # -1 -> 1
 ]
 
