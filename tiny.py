@@ -1296,8 +1296,10 @@ def split_reduce(r:UOp, device:str) -> UOp:
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
   target = Device.target(device)
   w, most = target.width, min(4096, max(256, size // 4096)) if target.has_local else 256
-  unit, parts = next(((u, p) for u in (4 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0),
-                     (4 * w, most))
+  splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
+  # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
+  cores = 1 if target.has_local else target.cores
+  unit, parts = min(splits, key=lambda s: s[1] % cores != 0, default=(4 * w, most))
   x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
   return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
@@ -1711,7 +1713,7 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
     opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors keeps four vector accumulators: four adds in flight, not one by one
   for r in inner:
-    amount = 4 if dev.has_local or tile else 4 * w if r.size % (4 * w) == 0 else _filled(r.size, dev)
+    amount = 4 if dev.has_local or tile else next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
