@@ -277,10 +277,11 @@ def _ulps(a:float, b:float) -> float:  # how many float32s lie between a and b; 
     return bits if bits < 2**31 else 2**31 - bits
   return abs(order(a) - order(b))
 
-@pytest.mark.parametrize("op", ["exp2", "log2"])
+@pytest.mark.parametrize("op", ["exp2", "log2", "sin"])
 def test_transcendentals_within_2_ulp_of_the_c_library(op):
-  """On the CPU, float32 exp2 and log2 are arithmetic that tiny writes (so they vectorize), not libm calls: over the
-  whole float range, bit patterns at random, a dense sweep of exp2's domain, subnormals, [0.5, 2) and the edges."""
+  """On the CPU, float32 exp2, log2 and sin are arithmetic that tiny writes (so they vectorize), not libm calls: over
+  the whole float range, bit patterns at random, a dense sweep of exp2's domain, subnormals, [0.5, 2), the floats
+  nearest multiples of pi/2 (where sin's reduction cancels most) and the edges."""
   libm = ctypes.CDLL(ctypes.util.find_library("m"))
   ref = getattr(libm, op + "f")
   ref.restype, ref.argtypes = ctypes.c_float, [ctypes.c_float]
@@ -288,8 +289,10 @@ def test_transcendentals_within_2_ulp_of_the_c_library(op):
   def f32(bits): return struct.unpack("f", struct.pack("I", bits))[0]
   xs = [f32(rng.getrandbits(32)) for _ in range(100_000)] + [-160 + 300 * i / 100_003 for i in range(100_003)]
   xs += [f32(b) for b in range(1, 2**23, 211)] + [f32(0x3F000000 + b) for b in range(0, 2**24, 157)]
+  near_quadrants = [struct.unpack("I", struct.pack("f", n * math.pi / 2))[0] for n in range(1, 10**6, 37)]
+  xs += [f32(b + d) for b in near_quadrants for d in (-1, 0, 1)]
   xs += [0.0, -0.0, math.inf, -math.inf, math.nan, 3.4028234663852886e+38, 1.401298464324817e-45, -1e-45, 128.0,
-         -149.0, -150.0, 127.99999]
+         -149.0, -150.0, 127.99999, 4476.76953125, -6.62760456036263e+30]
   got = getattr(Tensor(xs, device="CPU"), op)().tolist()
   worst = max(zip(xs, got), key=lambda xg: _ulps(xg[1], ref(xg[0])))
   assert _ulps(worst[1], ref(worst[0])) <= 2, f"{op}({worst[0]!r}) = {worst[1]!r}, the C library says {ref(worst[0])!r}"

@@ -325,6 +325,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
 def _product_bounds(a, b):
   products = [x * y for x in a for y in b]
   return (min(products), max(products))
+def _and_bounds(a, b):  # x & y is in [0, y] for y >= 0: it only clears y's bits
+  highs = [x[1] for x in (a, b) if x[0] >= 0]
+  return (0, min(highs)) if highs else None
 def _positive_const(b) -> bool: return b[0] == b[1] and b[0] > 0
 def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
   if a[0] >= 0 and a[0] // b[0] == a[1] // b[0]: return (a[0] % b[0], a[1] % b[0])
@@ -339,7 +342,8 @@ alu_bounds: dict[Ops, Callable] = {
   Ops.CMPLT: lambda a, b: (a[1] < b[0], a[0] < b[1]),
   Ops.CMPNE: lambda a, b: (a[1] < b[0] or b[1] < a[0], not a[0] == a[1] == b[0] == b[1]),
   Ops.CMPEQ: lambda a, b: (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0])),
-  Ops.AND: lambda a, b: (a[0] and b[0], a[1] and b[1]) if isinstance(a[0], bool) else None,
+  Ops.AND: lambda a, b: (a[0] and b[0], a[1] and b[1]) if isinstance(a[0], bool) else _and_bounds(a, b),
+  Ops.SHR: lambda a, b: (a[0] >> b[1], a[1] >> b[0]) if a[0] >= 0 and b[0] >= 0 else None,
   Ops.WHERE: lambda c, a, b: (min(a[0], b[0]), max(a[1], b[1])) if c[0] != c[1] else (a if c[0] else b)}
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -567,7 +571,87 @@ def _log2(x:UOp) -> UOp:
   if_finite = x.alu(Ops.CMPEQ, inf).where(x, log)
   return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, if_finite))
 
-transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2}
+def _sin(x:UOp) -> UOp:
+  """sin(x) = ±sin(r) or ±cos(r) by the quadrant q of x = q*pi/2 + r (sin is odd: |x| is reduced, the sign put back),
+  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _reduce finds q and r exactly, for every float
+  up to 3.4e38. inf and nan give nan."""
+  bits = x.bitcast(dtypes.int)
+  mag = bits & 0x7FFFFFFF
+  ax = mag.bitcast(dtypes.float)
+  near = ax < 0.7853981852531433  # pi/4, rounded up
+  q, hi, lo = _reduce(mag)
+  q, hi, lo = near.where(q.const_like(0), q), near.where(ax, hi), near.where(lo.const_like(0.0), lo)
+  z = hi * hi
+  sin = hi + (hi * z * _poly(z, [-0.16666655242443085, 0.008332161232829094, -0.0001951528392964974]) + lo)
+  cos = ((z * z * _poly(z, [0.04166664555668831, -0.0013887316454201937, 2.44331567955669e-05]) - z * 0.5) -
+         hi * lo) + 1.0
+  y = (q & 1).alu(Ops.CMPNE, q.const_like(0)).where(cos, sin)
+  sign = ((q << 30) & -2**31).alu(Ops.XOR, bits & -2**31)  # -sin past pi, and sin(-x) = -sin(x): the sign bit
+  signed = y.bitcast(dtypes.int).alu(Ops.XOR, sign).bitcast(dtypes.float)
+  return (mag < 0x7F800000).where(signed, x.const_like(math.nan))
+
+# the bits of 2/pi, 32 to a word, after 32 zero bits: the window _reduce reads starts 152 bits before |x|'s exponent
+two_over_pi = [0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB]
+
+def _reduce(mag:UOp) -> tuple[UOp, UOp, UOp]:
+  """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
+  for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
+  d = _times_two_over_pi(mag)
+  a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]  # f's bits: 22, 24 and 24 of them
+  up = a.const_like(2**21 - 1) < a  # f >= 1/2: the next quadrant, at f - 1, kept as its magnitude 2**70 - f
+  q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
+  borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
+  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
+  def minus(x:UOp, top:int) -> UOp: return x.const_like(top) - x
+  a, b, c = up.where(minus(a + borrow_b, 0x400000), a), up.where(minus(b + borrow_c, 0x1000000) & 0xFFFFFF, b), \
+    up.where(minus(c, 0x1000000) & 0xFFFFFF, c)
+  hi, lo = _times_half_pi(a, b, c)
+  return q, up.where(-hi, hi), up.where(-lo, lo)
+
+def _times_two_over_pi(mag:UOp) -> list[UOp]:
+  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from bit e-1 on (earlier ones make multiples of 4, later
+  ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod 2**96, whose top 2 bits
+  are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two digits is exact in int32."""
+  m, at = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120  # where the window starts: a word of the table, then a shift
+  word, shift = at >> 5, at & 31
+  def pick(j:int) -> UOp:  # the table's word + j
+    first = mag.const_like(two_over_pi[4 + j])
+    return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
+      mag.const_like(two_over_pi[i + j]), rest), range(3, -1, -1), first)
+  t = [pick(j) for j in range(4)]
+  # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
+  # logical shift, which is 0 at shift 0)
+  ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
+  def digit(at:int) -> UOp:  # bits at..at+11 of W
+    i, o = divmod(at, 32)
+    low = ws[i] >> o & min(0xFFF, (1 << (32 - o)) - 1)
+    return low if o <= 20 else low | (ws[i + 1] & (1 << (o - 20)) - 1) << (32 - o)
+  w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
+  d, carry = [], m.const_like(0)
+  for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
+    v = m0 * w[c] + carry if c == 0 else m0 * w[c] + m1 * w[c - 1] + carry
+    d.append(v & 0xFFF)
+    carry = v >> 12
+  return d
+
+def _times_half_pi(a:UOp, b:UOp, c:UOp) -> tuple[UOp, UOp]:
+  """f = a*2**-22 + b*2**-46 + c*2**-70 (ints of 22, 24, 24 bits) times pi/2, as two floats: f first as two floats
+  (from b where a is 0: f < 2**-22 keeps its precision), then each product of its first 12 bits, or the rest, with
+  pi/2's first 12 bits is exact (so a fused multiply-add can't change it), and the other products are corrections."""
+  zero = a.alu(Ops.CMPEQ, a.const_like(0))
+  def scaled(small:UOp, big:UOp, e:int) -> UOp:  # big * 2**e, or small * 2**(e-24) where a is 0
+    return zero.where(small, big).cast(dtypes.float) * zero.where(UOp.const(dtypes.float, 2.0**(e - 24)),
+                                                                   UOp.const(dtypes.float, 2.0**e))
+  first, second = scaled(b, a, -22), scaled(c, b, -46)
+  f = first + second
+  f_lo = second - (f - first)  # f + f_lo is first + second exactly (Fast2Sum: |first| >= |second|)
+  f_hi = (f.bitcast(dtypes.int) & -4096).bitcast(dtypes.float)  # f's first 12 bits; f - f_hi is exact
+  # pi/2 = 1.5703125 (12 bits) + 0.00048382679...
+  head, tail = f_hi * 1.5703125, (f - f_hi) * 1.5703125 + (f * 0.0004838267923332751 + f_lo * 1.5707963705062866)
+  hi = head + tail
+  return hi, tail - (hi - head)
+
+transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin}
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Views: movement ops never move data. A View maps an index tuple to (address, valid); pad makes `valid` through a
@@ -1620,7 +1704,8 @@ def reread(sink:UOp) -> UOp:
   exp2 in one instruction, and its threads would read each other's columns. Only where rows are the outer ranges (the
   CPU splits the outermost across its threads, each then owning its rows' columns) and the kernel reads nothing else
   from that buffer; to_accumulators puts the store in the reduce's loop, linearize the load after it."""
-  reduces, free, glob = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink), ranges(sink, AxisType.GLOBAL)
+  reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
+  glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
   if not cols or glob[0] in cols or _nested(sink): return sink
   early, late = [], []
@@ -1711,9 +1796,11 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
     opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
-  # a CPU sum unrolled by four vectors keeps four vector accumulators: four adds in flight, not one by one
+  # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
+  # in flight side by side, not one by one
   for r in inner:
-    amount = 4 if dev.has_local or tile else next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
+    amount = 4 if dev.has_local or tile else \
+      next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
@@ -2318,7 +2405,7 @@ CPU = Renderer(
   types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
-  approximates=frozenset({Ops.EXP2, Ops.LOG2}),
+  approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}),
   buffer_prefix="", local_prefix="", barrier="",
   headers={None: ("#include <math.h>",),
            **{f"{n}{w}": (f"typedef {t} {n}{w} __attribute__((vector_size({4 * w})));",)
