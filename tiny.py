@@ -1370,10 +1370,10 @@ def _expands(st:ShapeTracker) -> bool:
 
 def split_reduce(r:UOp, device:str) -> UOp:
   """A big reduction to few outputs runs as two kernels: about 256 partial results per output (on a GPU, one per 4096
-  elements up to 4096: a block each, enough to fill every SM), each over a contiguous chunk of a multiple of four of
-  the device's vectors, or one, or 4 elements (vector loads, unrolled), then their combine. One kernel would be one
-  block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity (which gates
-  every load: no vectors)."""
+  elements up to 4096: a block each, enough to fill every SM), each over a contiguous chunk of a multiple of four or
+  two of the device's vectors, or one, or 4 elements (vector loads, unrolled), then their combine. One kernel would be
+  one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity (which
+  gates every load: no vectors)."""
   (op, axes), x = r.arg, Tensor(r.src[0], device=device)
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < 2**15 or prod(kept) >= 256: return r
@@ -1715,7 +1715,7 @@ def reread(sink:UOp) -> UOp:
       if len(u.src) - 1 != len(cols) or any(r.size != c.size for r, c in shared.items()): continue
       value = substitute(u.src[0], shared)
       if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
-         not any(x.op is Ops.LOAD and x.buf is st.buf for x in sink.toposort):
+         st.gate is None and not any(x.op is Ops.LOAD and x.buf is st.buf for x in sink.toposort):
         early.append(UOp(Ops.STORE, None, (st.buf, substitute(st.addr, {c: r for r, c in shared.items()}), u.src[0])))
         st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, st.src[:2])})))
         break
