@@ -1787,6 +1787,15 @@ def test_raw_kernels_from_one_source_run_their_own_function():
   tiny.RawKernel("two", src, device="CPU")(out)
   assert out.tolist() == [2.0]
 
+def test_cpu_chunks_each_run_once_however_many_cores_and_callers():
+  """A global_size of 7 runs chunks 0..6 once each, on however many cores this machine has, while other threads
+  launch kernels of their own."""
+  src = "void count(int* restrict out, const int core) { out[core] += core + 1; }"
+  kernel = tiny.RawKernel("count", src, global_size=(7,), device="CPU")
+  outs = [Tensor.full((7,), 10 * i, dtype=dtypes.int32, device="CPU").realize() for i in range(4)]  # 4 buffers
+  with concurrent.futures.ThreadPoolExecutor(4) as pool: list(pool.map(kernel, outs))
+  assert [out.tolist() for out in outs] == [[10 * i + core + 1 for core in range(7)] for i in range(4)]
+
 def test_device_names_ignore_case_and_unknown_ones_are_named():
   assert (Tensor([1.0], device="cpu") + 1).tolist() == [2.0]
   with pytest.raises(ValueError, match="TPU"): Tensor([1.0], device="tpu")

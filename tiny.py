@@ -209,12 +209,14 @@ class UOpMeta(type):
       with UOpMeta.lock:
         if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
           u = super().__call__(op, dtype, src, arg)
-          UOpMeta.nodes[key] = weakref.ref(u, lambda ref, key=key: UOpMeta.forget(key, ref))
+          UOpMeta.nodes[key] = weakref.ref(u, functools.partial(UOpMeta.forget, key))
     return u
   @staticmethod
-  def forget(key:tuple, ref:weakref.ref):  # (may run in a garbage collection inside the locked step above)
-    with UOpMeta.lock:
-      if UOpMeta.nodes.get(key) is ref: del UOpMeta.nodes[key]
+  def forget(key:tuple, ref:weakref.ref, nodes=nodes, lock=lock):
+    # (may run in a garbage collection inside the locked step above; and at exit, after this module's names are
+    # gone: it reads only what it was given)
+    with lock:
+      if nodes.get(key) is ref: del nodes[key]
 
 class UOp(MathMixin, metaclass=UOpMeta):
   """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality."""
@@ -2490,7 +2492,7 @@ class CPURuntime:
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.width = vector_width(target.stdout)
-    self.pool = concurrent.futures.ThreadPoolExecutor(threads())
+    self.workers = Workers(threads() - 1)
   def compiler(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
     return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
   def compile(self, src:str) -> bytes:
@@ -2517,10 +2519,7 @@ class CPURuntime:
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
       if global_size[0] == 1: fn(*bufs)
-      else:  # the calling thread runs chunk 0 while the pool runs the rest; ctypes lets go of the GIL
-        rest = [self.pool.submit(fn, *bufs, core) for core in range(1, global_size[0])]
-        fn(*bufs, 0)
-        for f in rest: f.result()
+      else: self.workers.run(fn, bufs, global_size[0])
       return time.perf_counter() - start
     return run
   def alloc(self, nbytes:int):
@@ -2533,6 +2532,36 @@ class CPURuntime:
   def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
   def synchronize(self): pass
+
+class Workers:
+  """Threads that each run chunks of a kernel, then wait for the next: a handoff is a lock released to wake a worker
+  and one acquired to wait for it, about half what a ThreadPoolExecutor's futures cost. One kernel at a time: the
+  calling thread runs chunk 0 (and every n+1th after it) while the n workers run the rest (ctypes lets go of the GIL)."""
+  def __init__(self, n:int):
+    self.lock, self.tasks = threading.Lock(), [None] * n
+    self.go, self.done = [threading.Lock() for _ in range(n)], [threading.Lock() for _ in range(n)]
+    for i in range(n):
+      self.go[i].acquire()
+      self.done[i].acquire()
+      threading.Thread(target=self.work, args=(i,), daemon=True).start()
+  def work(self, i:int):
+    while True:
+      self.go[i].acquire()
+      Workers.chunks(*self.tasks[i])  # (in a call of its own: a waiting worker holds no buffer)
+      self.done[i].release()
+  def run(self, fn:Callable, bufs:tuple, chunks:int):
+    n = min(len(self.go), chunks - 1)
+    with self.lock:
+      for i in range(n):
+        self.tasks[i] = (fn, bufs, range(i + 1, chunks, n + 1))
+        self.go[i].release()
+      Workers.chunks(fn, bufs, range(0, chunks, n + 1))
+      for i in range(n):
+        self.done[i].acquire()
+        self.tasks[i] = None
+  @staticmethod
+  def chunks(fn:Callable, bufs:tuple, cores:range):
+    for core in cores: fn(*bufs, core)
 
 def vector_width(macros:str) -> int:
   """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
