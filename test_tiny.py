@@ -877,6 +877,16 @@ def test_a_softmax_row_is_correct_on_the_emulator():  # 261 columns: each of a b
   x = rand_list((3, 261), 153, -9.0, 9.0)
   assert_close(Tensor(x, device="PYTHON").softmax(-1).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_row_program_over_a_stored_reduce_is_one_kernel(device):
+  """A matmul read by a row's max, sum and outputs is stored; the log_softmax over it is then one row program, as
+  over any buffer (its max was stored too, as if it ran under the matmul's reduce)."""
+  x, w = rand_list((37, 53), 163), rand_list((53, 11), 164)
+  fn = lambda a, b: (a @ b).log_softmax(-1)
+  assert len(tiny.schedule([fn(Tensor(x, device=device), Tensor(w, device=device))])) == 2
+  assert_close(poisoned(fn, x, w, device=device).tolist(), ref_softmax(ref_matmul(x, w), -1, log=True),
+               rtol=1e-5, atol=1e-5)
+
 def test_cheap_work_is_recomputed_where_it_is_read():
   a, b, w = realized((37, 53), (37, 53), (53, 3))
   assert len(tiny.render((a + 1) @ w)) == 1  # one add per 3 reads: cheaper than storing

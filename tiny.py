@@ -1438,7 +1438,8 @@ def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs'
   if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
   if u.op is Ops.REDUCE_AXIS:
     axes, shape = sorted(u.arg[1]), u.src[0].shape
-    return shape if srcs == [None] and axes == list(range(len(shape) - len(axes), len(shape))) else ()
+    # (a source stored to memory holds no pending reduce: it is read as a buffer)
+    return shape if all(s is None for s in srcs) and axes == list(range(len(shape) - len(axes), len(shape))) else ()
   held = {s for s in srcs if s is not None}
   return None if not held else held.pop() if len(held) == 1 else ()
 
