@@ -842,6 +842,18 @@ def test_a_cpu_softmax_row_computes_exp_once(cpu_width, shape):
                ref_ew(operator.add, ref_softmax(x, -1), ref_reduce(math.fsum, ref_ew(math.exp, x), -1, True)),
                rtol=1e-5, atol=1e-5)
 
+@pytest.mark.parametrize("cols", [7, 40])
+def test_a_row_value_beside_a_reduce_over_more_rows(cols):
+  """f / f.sum(-1) broadcast over a middle axis, beside a row max that varies with it: the sum's loop runs outside
+  that axis, so its exps are not stored from there (the kernel used to fail to lower)."""
+  x, y = rand_list((3, cols), 165, -1.0, 1.0), rand_list((3, 2, cols), 166, -1.0, 1.0)
+  def fn(a, b):
+    f = (a * a + 1).sqrt() * 3 + 1
+    return (f / f.sum(-1, keepdim=True)).reshape(3, 1, cols).expand(3, 2, cols) + (b - b.max(-1, keepdim=True))
+  f = ref_ew(lambda v: math.sqrt(v * v + 1) * 3 + 1, x)
+  want = [[[fr[c] / math.fsum(fr) + yr[c] - max(yr) for c in range(cols)] for yr in ys] for fr, ys in zip(f, y)]
+  assert_close(poisoned(fn, x, y).tolist(), want, rtol=1e-5, atol=1e-5)
+
 def test_vectors_of_comparisons_reduce_and_compare_as_bools(cpu_width):
   """A vector of comparisons holds -1 for true: max (any) and min (all) over them, and bools compared, are still
   false < true."""
@@ -1805,6 +1817,14 @@ def test_cpu_chunks_each_run_once_however_many_cores_and_callers():
   outs = [Tensor.full((7,), 10 * i, dtype=dtypes.int32, device="CPU").realize() for i in range(4)]  # 4 buffers
   with concurrent.futures.ThreadPoolExecutor(4) as pool: list(pool.map(kernel, outs))
   assert [out.tolist() for out in outs] == [[10 * i + core + 1 for core in range(7)] for i in range(4)]
+
+def test_a_cpu_chunk_that_raises_leaves_the_workers_ready(monkeypatch):
+  src = "void count(int* restrict out, const int core) { out[core] += core + 1; }"
+  kernel = tiny.RawKernel("count", src, global_size=(4,), device="CPU")
+  with pytest.raises(ctypes.ArgumentError): kernel.fn(1.5, global_size=(4, 1, 1), local_size=(1, 1, 1))  # no pointer
+  out = Tensor.full((4,), 0, dtype=dtypes.int32, device="CPU").realize()
+  kernel(out)  # (hung here: a worker that raised never said it was done)
+  assert out.tolist() == [1, 2, 3, 4]
 
 def test_device_names_ignore_case_and_unknown_ones_are_named():
   assert (Tensor([1.0], device="cpu") + 1).tolist() == [2.0]

@@ -527,11 +527,11 @@ symbolic = PatternMatcher([
 def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Transcendentals as arithmetic: where a device's C has no vector exp2 or log2 (the CPU's libm takes one call per
-# element, which vector lanes can't share), float32 exp2 and log2 become +, *, compares and operations on the float's
-# bits, which vectorize with the rest of the kernel. GPUs keep their instructions. Each polynomial is a least-squares
-# fit at Chebyshev points, reweighted toward equal relative error (near minimax); test_tiny measures the error in ulps
-# over the whole float range.
+# Transcendentals as arithmetic: where a device's C has no vector exp2, log2 or sin (the CPU's libm takes one call per
+# element, which vector lanes can't share), float32 exp2, log2 and sin become +, *, compares and operations on the
+# float's bits, which vectorize with the rest of the kernel. GPUs keep their instructions. Each polynomial is a
+# least-squares fit at Chebyshev points, reweighted toward equal relative error (near minimax); test_tiny measures the
+# error in ulps over the whole float range.
 
 @functools.cache
 def approximations(ops:frozenset[Ops]) -> PatternMatcher:
@@ -575,13 +575,13 @@ def _log2(x:UOp) -> UOp:
 
 def _sin(x:UOp) -> UOp:
   """sin(x) = ±sin(r) or ±cos(r) by the quadrant q of x = q*pi/2 + r (sin is odd: |x| is reduced, the sign put back),
-  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _reduce finds q and r exactly, for every float
-  up to 3.4e38. inf and nan give nan."""
+  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _payne_hanek finds q and r exactly, for every
+  float up to 3.4e38. inf and nan give nan."""
   bits = x.bitcast(dtypes.int)
   mag = bits & 0x7FFFFFFF
   ax = mag.bitcast(dtypes.float)
   near = ax < 0.7853981852531433  # pi/4, rounded up
-  q, hi, lo = _reduce(mag)
+  q, hi, lo = _payne_hanek(mag)
   q, hi, lo = near.where(q.const_like(0), q), near.where(ax, hi), near.where(lo.const_like(0.0), lo)
   z = hi * hi
   sin = hi + (hi * z * _poly(z, [-0.16666655242443085, 0.008332161232829094, -0.0001951528392964974]) + lo)
@@ -592,10 +592,10 @@ def _sin(x:UOp) -> UOp:
   signed = y.bitcast(dtypes.int).alu(Ops.XOR, sign).bitcast(dtypes.float)
   return (mag < 0x7F800000).where(signed, x.const_like(math.nan))
 
-# the bits of 2/pi, 32 to a word, after 32 zero bits: the window _reduce reads starts 152 bits before |x|'s exponent
+# the bits of 2/pi after the point, 32 to a word, after a word of zeros (a window that starts before the point reads 0s)
 two_over_pi = [0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB]
 
-def _reduce(mag:UOp) -> tuple[UOp, UOp, UOp]:
+def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
   for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
   d = _times_two_over_pi(mag)
@@ -604,18 +604,19 @@ def _reduce(mag:UOp) -> tuple[UOp, UOp, UOp]:
   q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
   borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
   borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
-  def minus(x:UOp, top:int) -> UOp: return x.const_like(top) - x
-  a, b, c = up.where(minus(a + borrow_b, 0x400000), a), up.where(minus(b + borrow_c, 0x1000000) & 0xFFFFFF, b), \
-    up.where(minus(c, 0x1000000) & 0xFFFFFF, c)
-  hi, lo = _times_half_pi(a, b, c)
+  def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
+    return up.where((x.const_like(1 << bits) - x - borrow) & (1 << bits) - 1, x)
+  hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
   return q, up.where(-hi, hi), up.where(-lo, lo)
 
 def _times_two_over_pi(mag:UOp) -> list[UOp]:
-  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from bit e-1 on (earlier ones make multiples of 4, later
-  ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod 2**96, whose top 2 bits
-  are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two digits is exact in int32."""
-  m, at = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120  # where the window starts: a word of the table, then a shift
-  word, shift = at >> 5, at & 31
+  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from its bit e-1 after the point on (earlier ones make
+  multiples of 4, later ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod
+  2**96, whose top 2 bits are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two
+  digits is exact in int32."""
+  # e is the exponent field - 150, so bit e-1 is the table's bit (field - 152) + 32: a word, then a shift
+  m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
+  word, shift = start >> 5, start & 31
   def pick(j:int) -> UOp:  # the table's word + j
     first = mag.const_like(two_over_pi[4 + j])
     return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
@@ -624,8 +625,8 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
   # logical shift, which is 0 at shift 0)
   ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
-  def digit(at:int) -> UOp:  # bits at..at+11 of W
-    i, o = divmod(at, 32)
+  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W
+    i, o = divmod(bit, 32)
     low = ws[i] >> o & min(0xFFF, (1 << (32 - o)) - 1)
     return low if o <= 20 else low | (ws[i + 1] & (1 << (o - 20)) - 1) << (32 - o)
   w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
@@ -1705,28 +1706,33 @@ def reread(sink:UOp) -> UOp:
   exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it into
   the output, and the outputs read it back from there, in cache: a load for ~25 operations. On CPUs: a GPU computes
   exp2 in one instruction, and its threads would read each other's columns. Only where rows are the outer ranges (the
-  CPU splits the outermost across its threads, each then owning its rows' columns) and the kernel reads nothing else
-  from that buffer; to_accumulators puts the store in the reduce's loop, linearize the load after it."""
+  CPU splits the outermost across its threads, each then owning its rows' columns), where the reduce's accumulator
+  lives in every row loop of the output (so the store has all of them open), the output store is ungated, and the
+  kernel reads nothing else from that buffer; to_accumulators puts the store in the reduce's loop, linearize the load
+  after it."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
   if not cols or glob[0] in cols or _nested(sink): return sink
+  rows, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
   early, late = [], []
   for st in sink.src:
     for u in reduces:
       shared = dict(zip(u.src[1:], cols))  # the reduce's loop over the row's columns, in order
-      if len(u.src) - 1 != len(cols) or any(r.size != c.size for r, c in shared.items()): continue
+      if len(u.src) - 1 != len(cols) or any(r.size != c.size for r, c in shared.items()) or not rows <= free[u]:
+        continue
       value = substitute(u.src[0], shared)
       if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
-         st.gate is None and not any(x.op is Ops.LOAD and x.buf is st.buf for x in sink.toposort):
+         st.gate is None and st.buf not in loaded:
         early.append(UOp(Ops.STORE, None, (st.buf, substitute(st.addr, {c: r for r, c in shared.items()}), u.src[0])))
         st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, st.src[:2])})))
         break
     late.append(st)
   return sink.replace(src=tuple(early + late))
 
-REREAD_COST = 8  # operations that cost more than storing their value and loading it again from cache
-def _alu_cost(u:UOp) -> int: return sum(alu_costs.get(x.op, 1) for x in u.toposort if x.op in GroupOp.ALU)
+REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
+def _alu_cost(u:UOp) -> int:
+  return sum(alu_costs.get(x.op, 1) for x in u.toposort if x.op in GroupOp.ALU and x.dtype == u.dtype)
 
 def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies with more than the output ranges
   free, glob = free_ranges(sink), set(ranges(sink, AxisType.GLOBAL))
@@ -1835,10 +1841,10 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
   reduced, free = {r for u in reduces for r in u.src[1:]}, free_ranges(sink)
   # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row), times
-  # the float operations of an element (an exp is ~25)
+  # the float operations in the kernel (an exp is ~25): a rough weight, the same for every loop of it
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
-  ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and u.dtype is not None and dtypes.is_float(u.dtype))
+  ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and dtypes.is_float(u.dtype))
   if not glob or work * max(ops, 1) < 2**21 * dev.cores: return []
   n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
@@ -2515,7 +2521,7 @@ class CPURuntime:
       _ctypes.dlclose(lib)
       raise CompileError(f"the C source has no function named {name!r}") from None
     # unmapped once nothing can call into it: what calls fn holds it (run, in Compiled.programs or a RawKernel, and
-    # the pool's tasks); ctypes' own CDLL functions live in reference cycles, so they would stay until a gc pass
+    # the workers' tasks); ctypes' own CDLL functions live in reference cycles, so they would stay until a gc pass
     weakref.finalize(fn, _ctypes.dlclose, lib).atexit = False
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
@@ -2537,9 +2543,10 @@ class CPURuntime:
 class Workers:
   """Threads that each run chunks of a kernel, then wait for the next: a handoff is a lock released to wake a worker
   and one acquired to wait for it, about half what a ThreadPoolExecutor's futures cost. One kernel at a time: the
-  calling thread runs chunk 0 (and every n+1th after it) while the n workers run the rest (ctypes lets go of the GIL)."""
+  calling thread runs chunk 0 (and every n+1th after it) while the n workers run the rest (ctypes lets go of the GIL).
+  An error in any chunk is raised once every chunk is done, and the workers wait for the next kernel as before."""
   def __init__(self, n:int):
-    self.lock, self.tasks = threading.Lock(), [None] * n
+    self.lock, self.tasks, self.errors = threading.Lock(), [None] * n, [None] * n
     self.go, self.done = [threading.Lock() for _ in range(n)], [threading.Lock() for _ in range(n)]
     for i in range(n):
       self.go[i].acquire()
@@ -2548,21 +2555,24 @@ class Workers:
   def work(self, i:int):
     while True:
       self.go[i].acquire()
-      Workers.chunks(*self.tasks[i])  # (in a call of its own: a waiting worker holds no buffer)
-      self.done[i].release()
+      try: Workers.chunks(*self.tasks[i])  # (in a call of its own: a waiting worker holds no buffer)
+      except BaseException as e: self.errors[i] = e
+      finally: self.done[i].release()
   def run(self, fn:Callable, bufs:tuple, chunks:int):
     n = min(len(self.go), chunks - 1)
     with self.lock:
       for i in range(n):
-        self.tasks[i] = (fn, bufs, range(i + 1, chunks, n + 1))
+        self.tasks[i], self.errors[i] = (fn, bufs, range(i + 1, chunks, n + 1)), None
         self.go[i].release()
-      Workers.chunks(fn, bufs, range(0, chunks, n + 1))
-      for i in range(n):
-        self.done[i].acquire()
-        self.tasks[i] = None
+      try: Workers.chunks(fn, bufs, range(0, chunks, n + 1))
+      finally:
+        for i in range(n):
+          self.done[i].acquire()
+          self.tasks[i] = None
+      if error := next((e for e in self.errors[:n] if e is not None), None): raise error
   @staticmethod
-  def chunks(fn:Callable, bufs:tuple, cores:range):
-    for core in cores: fn(*bufs, core)
+  def chunks(fn:Callable, bufs:tuple, which:range):  # the kernel's chunks `which`, one after another
+    for chunk in which: fn(*bufs, chunk)
 
 def vector_width(macros:str) -> int:
   """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
