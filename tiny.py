@@ -1394,7 +1394,8 @@ def split_reduce(r:UOp, device:str) -> UOp:
 def pack(r:UOp, device:str) -> UOp:
   """A CPU matmul's tile reads 4 vectors of b's columns for each step of its reduce: a row of b a step, a page apart
   once rows pass 1024 floats, so each step misses the TLB. b stored first in tiles of those columns, (N/T, K, T), is
-  read in order (a 1024 matmul: 1.5x). Only for a b read as is, broadcast over the output's rows."""
+  read in order (a 1024 matmul: 1.5x). Only for a b read as is, broadcast over the output's rows, with a reduce of
+  64 or more (a short one doesn't pay for the copy)."""
   target = Device.target(device)
   if target.has_local or r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or r.src[0].op is not Ops.MUL or \
      len(r.src[0].shape) < 3 or tuple(r.arg[1]) != (len(r.src[0].shape) - 1,): return r
