@@ -1832,6 +1832,20 @@ def test_cpu_chunks_each_run_once_however_many_cores_and_callers():
   with concurrent.futures.ThreadPoolExecutor(4) as pool: list(pool.map(kernel, outs))
   assert [out.tolist() for out in outs] == [[10 * i + core + 1 for core in range(7)] for i in range(4)]
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_forked_child_runs_threaded_kernels_and_compiles(tmp_path):  # (its parent's threads don't exist there)
+  script = """
+    import os
+    from tiny import Tensor
+    x = Tensor.rand(2048, 1024).realize()
+    print(round(x.softmax(-1).sum().item()))
+    if (pid := os.fork()) == 0:
+      print(round(x.softmax(-1).sum().item()), round((x * 3 + 1).exp2().min().item()), flush=True)
+      os._exit(0)
+    os.waitpid(pid, 0)
+  """
+  assert run_python(script, tmp_path, DEVICE="CPU", THREADS="2").stdout == "2048\n2048 2\n"
+
 def test_a_cpu_chunk_that_raises_leaves_the_workers_ready(monkeypatch):
   src = "void count(int* restrict out, const int core) { out[core] += core + 1; }"
   kernel = tiny.RawKernel("count", src, global_size=(4,), device="CPU")

@@ -1884,7 +1884,7 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
                                                               key=lambda u: u.arg.slot)]
   def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[tuple[float, UOp, tuple[Opt, ...], Program]]:
     progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
-    fns = compile_pool().map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
+    fns = compile_pool(os.getpid()).map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
     times = [_tried(_time, fn, p, bufs) if fn else None for fn, p in zip(fns, progs)]
     return sorted(((t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None),
                   key=lambda c: c[0])
@@ -2566,9 +2566,11 @@ class Workers:
   """Threads that each run chunks of a kernel, then wait for the next: a handoff is a lock released to wake a worker
   and one acquired to wait for it, about half what a ThreadPoolExecutor's futures cost. One kernel at a time: the
   calling thread runs chunk 0 (and every n+1th after it) while the n workers run the rest (ctypes lets go of the GIL).
-  An error in any chunk is raised once every chunk is done, and the workers wait for the next kernel as before."""
-  def __init__(self, n:int):
-    self.lock, self.tasks, self.errors = threading.Lock(), [None] * n, [None] * n
+  An error in any chunk is raised once every chunk is done, and the workers wait for the next kernel as before. A
+  forked child has none of its parent's threads: its first kernel starts its own."""
+  def __init__(self, n:int): self.start(n)
+  def start(self, n:int):
+    self.lock, self.tasks, self.errors, self.pid = threading.Lock(), [None] * n, [None] * n, os.getpid()
     self.go, self.done = [threading.Lock() for _ in range(n)], [threading.Lock() for _ in range(n)]
     for i in range(n):
       self.go[i].acquire()
@@ -2581,6 +2583,7 @@ class Workers:
       except BaseException as e: self.errors[i] = e
       finally: self.done[i].release()
   def run(self, fn:Callable, bufs:tuple, chunks:int):
+    if self.pid != os.getpid(): self.start(len(self.go))
     n = min(len(self.go), chunks - 1)
     with self.lock:
       for i in range(n):
@@ -2895,13 +2898,14 @@ def load(items:list[ScheduleItem]) -> list[Launch|None]:
   for item in items:
     progs.append(prog := None if item.empty else to_program(item.ast, item.bufs[0].device))
     dev = Device[item.bufs[0].device]
-    fns.append(None if prog is None else dev.loaded(prog) or compile_pool().submit(dev.program, prog))
+    fns.append(None if prog is None else dev.loaded(prog) or compile_pool(os.getpid()).submit(dev.program, prog))
   return [None if prog is None else
           Launch(fn.result() if isinstance(fn, concurrent.futures.Future) else fn, prog, item.bufs, len(item.ast.src))
           for item, prog, fn in zip(items, progs, fns)]
 
 @functools.cache
-def compile_pool() -> concurrent.futures.ThreadPoolExecutor: return concurrent.futures.ThreadPoolExecutor(threads())
+def compile_pool(pid:int) -> concurrent.futures.ThreadPoolExecutor:  # one a process: a forked child has no threads
+  return concurrent.futures.ThreadPoolExecutor(threads())
 
 class RawKernel:
   """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
