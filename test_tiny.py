@@ -2493,6 +2493,52 @@ def test_softmax_at_every_cpu_width(cpu_width, shape):
   x = rand_list(shape, 145, -9.0, 9.0)
   assert_close(poisoned(lambda t: t.softmax(-1), x).tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
+@pytest.fixture
+def small_streams(cpu_width, monkeypatch, tmp_path):
+  """Outputs of 1 KB or more written past the cache (as ones of 16 MB are), lowered afresh: the disk cache doesn't
+  know the threshold."""
+  monkeypatch.setattr(tiny, "STREAM_BYTES", 1024)
+  monkeypatch.setenv("TINY_CACHE", str(tmp_path))
+  if not tiny.Device.target("CPU").streams: pytest.skip("this CPU's compiler targets no x86 stores past the cache")
+  return cpu_width
+
+STREAMS = {4: "_mm_stream_ps", 8: "_mm256_stream_ps", 16: "_mm512_stream_ps"}
+
+@pytest.mark.parametrize("n", [1003, 4099])
+def test_big_outputs_are_written_past_the_cache_at_every_cpu_width(small_streams, n):
+  """Whole vectors stream and the tail is stored as before; the fence ends the kernel. An output the kernel also reads
+  back (a softmax row's exps) is stored in the cache."""
+  width = min(small_streams, tiny.Device["CPU"].runtime.width)  # (a vector wider than the CPU's is stored as before)
+  a, b = big(n, 167), big(n, 168)
+  out = poisoned(lambda x, y: x * y + x, a, b)
+  src = tiny.render(out)[0].src
+  assert STREAMS[width] in src and src.rstrip().endswith("_mm_sfence();\n}"), src
+  assert_close(out.tolist(), [f32(x * y) + x for x, y in zip(a, b)], atol=1e-6)
+  x = rand_list((4, 1024), 170, -9.0, 9.0)
+  row = poisoned(lambda t: t.softmax(-1), x)
+  assert "_stream_" not in tiny.render(row)[0].src
+  assert_close(row.tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
+
+def test_outputs_stream_only_where_they_are_big_and_the_cpu_has_the_stores(monkeypatch):
+  """16 MB of output streams, a byte less doesn't; a reduce's scalar stores don't; nor where the compiler targets
+  no x86 (NEON); nor on GPUs."""
+  if not tiny.Device.target("CPU").streams: pytest.skip("this CPU's compiler targets no x86 stores past the cache")
+  def src(n, fn=lambda t: t + 1, device="CPU"): return tiny.render(fn(Tensor.empty(n, device=device)))[0].src
+  assert "_stream_" in src(2**22) and "_stream_" not in src(2**22 - 16)
+  assert "_stream_" not in src(2**22, lambda t: (t + 1).sum())
+  assert "_stream_" not in src(2**22, device="CUDA")
+  target = tiny.Device.target
+  monkeypatch.setattr(tiny.Device, "target", lambda name: target(name)._replace(streams=0))
+  monkeypatch.setattr(tiny, "program_cache", {})
+  assert "_stream_" not in src(2**22 + 16)
+
+def test_a_16_mb_output_written_past_the_cache_holds_every_value():
+  n = 2**22 + 5  # a tail past the last whole vector
+  a = big(n, 171)
+  out = poisoned(lambda x: x * 2 + 1, a)
+  assert "_stream_" in tiny.render(out)[0].src or not tiny.Device.target("CPU").streams
+  assert out.tolist() == [f32(v * 2 + 1) for v in a]
+
 def test_exp_and_log_at_every_cpu_width(cpu_width):
   x = rand_list((1003,), 146, -20.0, 20.0)  # exp(x) is exp2(x*log2(e)): the product's rounding, times |x*log2(e)|
   assert_close(poisoned(Tensor.exp, x).tolist(), [math.exp(v) for v in x], rtol=4e-6, atol=0)

@@ -1562,6 +1562,7 @@ class Target(NamedTuple):
   local_max: int  # threads a block may have, as the device reports (1: no blocks)
   cores: int      # CPU threads a kernel may be split across (THREADS, or every core)
   width: int      # lanes of its vectors, one of widths
+  streams: int = 0  # bytes of the widest store past the cache the CPU has (x86's non-temporal stores); 0: none
   @property
   def has_local(self) -> bool: return self.renderer.has_local
 
@@ -1578,12 +1579,29 @@ def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
   for step in (to_gpu if target.has_local else to_cpu, functools.partial(expand, dev=target), simplify,
-               to_accumulators, simplify, add_loops, narrow_index):
+               to_accumulators, simplify, add_loops, narrow_index, functools.partial(stream, dev=target)):
     sink = step(sink)
   uops = linearize(sink)
   bufs = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)  # all, read or not
   src = target.renderer.render(name, uops, bufs)
   return Program(name, src, uops, *launch_dims(uops), _cost(ast), " ".join(map(str, opts)))
+
+# An output this big is written past the cache: a kernel that writes it whole is done with it, and one that reads it
+# next would find little of it in a cache anyway.
+STREAM_BYTES = 2**24
+
+def stream(sink:UOp, dev:Target) -> UOp:
+  """Float vectors stored to a big output this kernel doesn't read go past the cache (x86's non-temporal stores):
+  a cached store first reads its line from memory, so a kernel that streams through memory moves a third less
+  (d=a*b+c of 10M floats: 1.2x). The renderer ends such a kernel with a fence, which orders them before it returns."""
+  if not dev.streams: return sink
+  nodes = sink.toposort
+  read = {u.buf for u in nodes if u.op is Ops.LOAD}
+  def streams(st:UOp) -> bool:
+    return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
+      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and \
+      st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES
+  return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streams(u)})
 
 def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and the size of each axis
   rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (r.kind.value, r.arg.id))
@@ -2217,11 +2235,14 @@ class Renderer:
   buffer_prefix: str   # before a pointer cast to a buffer
   local_prefix: str    # before a shared-memory array
   barrier: str
+  streams: dict[int, str]  # a store past the cache, by the vector's bytes (see stream), and the fence after them
+  fence: str
   headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (None), or one naming a type
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
     """bufs are the kernel's parameters, in launch order: all of them, even one whose every read was folded away."""
     body = self.lines(uops)
+    if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
     named = set(re.findall(r"\w+", "\n".join(body)))
     header = [line for typ, lines in self.headers.items() if typ is None or typ in named for line in lines]
     return "\n".join(header + [self.signature(name, uops, bufs) + " {"] + body + ["}"])
@@ -2343,6 +2364,8 @@ def _load(ctx:Names, u:UOp) -> str:
   return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
 
 def _store(ctx:Names, u:UOp) -> str:
+  if u.arg == "stream":
+    return ctx.streams[u.value.dtype.itemsize].format(at=f"{ctx[u.buf]}+{ctx[u.addr]}", value=ctx[u.value])
   store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
   return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
 
@@ -2438,7 +2461,10 @@ CPU = Renderer(
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
   approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}),
   buffer_prefix="", local_prefix="", barrier="",
-  headers={None: ("#include <math.h>",),
+  streams={bits // 8: f"{call}({{at}}, (__m{bits})({{value}}));"
+           for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
+  fence="_mm_sfence();",
+  headers={None: ("#include <math.h>",), "_mm_sfence": ("#include <immintrin.h>",),
            **{f"{n}{w}": (f"typedef {t} {n}{w} __attribute__((vector_size({4 * w})));",)
               for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
@@ -2448,7 +2474,7 @@ CUDA = Renderer(
   lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
   types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op, approximates=frozenset(), buffer_prefix="", local_prefix="__shared__ __align__(16) ",
-  barrier="__syncthreads();",
+  barrier="__syncthreads();", streams={}, fence="",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            "half": ("#include <cuda_fp16.h>",)})
 
@@ -2463,7 +2489,7 @@ METAL = Renderer(
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   approximates=frozenset(),
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
-  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
+  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", streams={}, fence="",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -2521,6 +2547,7 @@ class CPURuntime:
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.width = vector_width(target.stdout)
+    self.streams = 4 * self.width if "#define __SSE2__ " in target.stdout else 0  # x86: as wide as its vectors
     self.workers = Workers(threads() - 1)
   def compiler(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
     return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
@@ -2790,11 +2817,11 @@ class _Device:
   def target(self, name:str) -> Target:
     """What lowering for a device needs: its dialect, the block size a GPU reported once opened (before: the 1024
     threads every CUDA and Metal GPU allows), and its vector width: a GPU's float4, or what the CPU's compiler
-    targets."""
-    renderer, local_max, width = self.kinds[name][0], 1, 4
+    targets, with the stores past the cache it has."""
+    renderer, local_max, width, streams = self.kinds[name][0], 1, 4, 0
     if renderer.has_local: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
-    else: width = self[name].runtime.width
-    return Target(renderer, local_max, threads(), width)
+    else: width, streams = self[name].runtime.width, self[name].runtime.streams
+    return Target(renderer, local_max, threads(), width, streams)
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
@@ -2848,8 +2875,8 @@ def to_program(ast:UOp, device:str) -> Program:
   key = (ast, device, getenv("NOOPT"), getenv("BEAM"))
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
-    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} NOOPT={key[2]} " \
-             f"BEAM={key[3]}\n{text(ast)}".encode()
+    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
+             f"NOOPT={key[2]} BEAM={key[3]}\n{text(ast)}".encode()
     runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep; BEAM times no UOps
     if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
       prog = lower(ast, target, device if runs_source else None)
