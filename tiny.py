@@ -2235,8 +2235,8 @@ class Renderer:
   buffer_prefix: str   # before a pointer cast to a buffer
   local_prefix: str    # before a shared-memory array
   barrier: str
-  streams: dict[int, str]  # a store past the cache, by the vector's bytes (see stream), and the fence after them
-  fence: str
+  streams: dict[int, str]  # a store past the cache (see stream), by the bytes of the vector it stores
+  fence: str               # the last line of a kernel with such stores: it orders them before the kernel returns
   headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (None), or one naming a type
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
