@@ -1846,13 +1846,31 @@ def test_a_forked_child_runs_threaded_kernels_and_compiles(tmp_path):  # (its pa
   """
   assert run_python(script, tmp_path, DEVICE="CPU", THREADS="2").stdout == "2048\n2048 2\n"
 
-def test_a_cpu_chunk_that_raises_leaves_the_workers_ready(monkeypatch):
+def test_a_threaded_cpu_kernel_given_no_buffer_raises_and_leaves_the_workers_ready():
   src = "void count(int* restrict out, const int core) { out[core] += core + 1; }"
   kernel = tiny.RawKernel("count", src, global_size=(4,), device="CPU")
-  with pytest.raises(ctypes.ArgumentError): kernel.fn(1.5, global_size=(4, 1, 1), local_size=(1, 1, 1))  # no pointer
+  with pytest.raises(TypeError): kernel.fn(1.5, global_size=(4, 1, 1), local_size=(1, 1, 1))  # no pointer
   out = Tensor.full((4,), 0, dtype=dtypes.int32, device="CPU").realize()
-  kernel(out)  # (hung here: a worker that raised never said it was done)
-  assert out.tolist() == [1, 2, 3, 4]
+  for _ in range(3): kernel(out)  # each chunk once a call, whoever runs it
+  assert out.tolist() == [3, 6, 9, 12]
+
+def test_a_threaded_cpu_kernel_of_more_buffers_than_the_pool_calls_runs_every_chunk():
+  n = tiny.Workers.most + 1
+  args = ", ".join(f"int* restrict b{i}" for i in range(n))
+  src = f"void many({args}, const int core) {{ b0[core] += core + 1; b{n - 1}[core] += 10; }}"
+  bufs = [Tensor.full((3,), i, dtype=dtypes.int32, device="CPU").contiguous().realize() for i in range(n)]
+  tiny.RawKernel("many", src, global_size=(3,), device="CPU")(*bufs)
+  assert bufs[0].tolist() == [1, 2, 3] and bufs[-1].tolist() == [n + 9] * 3
+
+def test_threaded_cpu_kernels_from_many_python_threads_each_run_whole():  # the pool runs one kernel at a time
+  src = "void fill(int* restrict out, const int* restrict k, const int core) { out[core] += k[0] * (core + 1); }"
+  kernel = tiny.RawKernel("fill", src, global_size=(4,), device="CPU")
+  outs = [Tensor.full((4,), k, dtype=dtypes.int32, device="CPU").contiguous().realize() for k in range(6)]
+  ks = [Tensor([k + 1], dtype=dtypes.int32, device="CPU").realize() for k in range(6)]
+  def work(k):
+    for _ in range(200): kernel(outs[k], ks[k], wait=False)
+  with concurrent.futures.ThreadPoolExecutor(6) as pool: list(pool.map(work, range(6)))
+  assert [o.tolist() for o in outs] == [[k + 200 * (k + 1) * (c + 1) for c in range(4)] for k in range(6)]
 
 def test_device_names_ignore_case_and_unknown_ones_are_named():
   assert (Tensor([1.0], device="cpu") + 1).tolist() == [2.0]

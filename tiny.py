@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
-  return setting(key, os.getenv(key) or str(default), least)
+  return setting(key, value, least) if (value := os.getenv(key)) else default
 @functools.lru_cache(maxsize=256)  # each read is parsed once
 def setting(key:str, value:str, least:int) -> int:
   try: n = int(value)
@@ -201,27 +201,34 @@ class UOpMeta(type):
   """Hash-consing: a plain dict from (op, dtype, src, arg) to a weak reference to the one node built for it. A node
   lives as long as something holds it; when it dies, its reference's callback drops the entry (and what the key holds,
   such as a BUFFER's memory)."""
-  nodes: dict[tuple, weakref.ref] = {}
+  nodes: dict[tuple, NodeRef] = {}
   lock = threading.RLock()  # two threads building the same new node must get one object; reentrant: see forget
   def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
     key = (op, dtype, src, _key(arg))
     if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
       with UOpMeta.lock:
         if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
-          u = super().__call__(op, dtype, src, arg)
-          UOpMeta.nodes[key] = weakref.ref(u, functools.partial(UOpMeta.forget, key))
+          u = cls.__new__(cls)  # (UOp has no __init__: a node is its four fields)
+          u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
+          UOpMeta.nodes[key] = ref = NodeRef(u, UOpMeta.forget)
+          ref.key = key
     return u
   @staticmethod
-  def forget(key:tuple, ref:weakref.ref, nodes=nodes, lock=lock):
+  def forget(ref:NodeRef, nodes=nodes, lock=lock):
     # (may run in a garbage collection inside the locked step above; and at exit, after this module's names are
     # gone: it reads only what it was given)
     with lock:
-      if nodes.get(key) is ref: del nodes[key]
+      if nodes.get(ref.key) is ref: del nodes[ref.key]
+
+class NodeRef(weakref.ref):  # a weak reference to a node that knows its key in UOpMeta.nodes
+  __slots__ = ("key",)
 
 class UOp(MathMixin, metaclass=UOpMeta):
   """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality."""
-  def __init__(self, op:Ops, dtype:DType|None, src:tuple[UOp, ...], arg:Any):
-    self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+  op: Ops
+  dtype: DType|None
+  src: tuple[UOp, ...]
+  arg: Any
   def __repr__(self):
     return f"UOp({self.op}, {self.dtype}, arg={self.arg!r}, src=({', '.join(str(s.op) for s in self.src)}))"
   def replace(self, **kw) -> UOp:
@@ -1305,22 +1312,23 @@ class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer i
 
 def structure(roots:list[UOp], device:str) -> tuple[tuple, list[Buffer], list[UOp]]:
   """The graph as a plan sees it, in one walk that builds no nodes: a row for each node, its sources by row number.
-  A buffer it reads is a Slot, numbered in the order the walk meets them, and a result realized before is read from
-  its buffer (the walk stops there). Graphs of one structure have equal rows, whatever buffers they hold: the rows
+  A buffer it reads is a slot (its row: BUFFER, dtype, slot number, size, view), numbered in the order the walk
+  meets them, and a result realized before is read from its buffer (the walk stops there). Graphs of one structure have equal rows, whatever buffers they hold: the rows
   are the plan's key. Also returned: the buffers by slot, and the nodes by row."""
   slots: dict[Buffer, int] = {}
-  def slot(b:Buffer) -> Slot: return Slot(slots.setdefault(b, len(slots)), b.size)
   rows, nodes, row = [], [], {}  # row: node -> its row number
   stack = list(roots)
   while stack:
-    u = stack.pop()
-    if u in row: continue
+    u = stack[-1]
+    if u in row: stack.pop(); continue
     if (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
-      rows.append((Ops.BUFFER, view.dtype, slot(view.src[0].arg), view.arg))  # a view of a buffer: read from memory
-    elif todo := [s for s in u.src if s not in row]:
-      stack += [u, *todo]
+      b = view.src[0].arg  # a view of a buffer: read from memory
+      rows.append((Ops.BUFFER, view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg))
+    elif unseen := [s for s in u.src if s not in row]:
+      stack += unseen  # (then this node again)
       continue
     else: rows.append((u.op, u.dtype, _key(u.arg), *[row[s] for s in u.src]))
+    stack.pop()
     row[u] = len(nodes)
     nodes.append(u)
   return (device, *rows, tuple(row[r] for r in roots)), list(slots), nodes
@@ -1332,7 +1340,7 @@ def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
   then one for each node stored to memory. What each kernel stores is named by its row."""
   planned: list[UOp] = []
   for r, u in zip(key[1:-1], nodes):
-    if r[0] is Ops.BUFFER: planned.append(UOp(Ops.VIEW, r[1], (UOp(Ops.BUFFER, r[1], (), r[2]),), r[3]))
+    if r[0] is Ops.BUFFER: planned.append(UOp(Ops.VIEW, r[1], (UOp(Ops.BUFFER, r[1], (), Slot(r[2], r[3])),), r[4]))
     else: planned.append(UOp(u.op, u.dtype, tuple(planned[i] for i in r[3:]), u.arg))
   sink = split = UOp(Ops.SINK, None, tuple(planned[i] for i in key[-1]))
   if any(u.op is Ops.REDUCE_AXIS for u in planned):
@@ -2548,29 +2556,35 @@ class CPURuntime:
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.width = vector_width(target.stdout)
     self.streams = 4 * self.width if "#define __SSE2__ " in target.stdout else 0  # x86: as wide as its vectors
-    self.workers = Workers(threads() - 1)
+    self.workers = Workers(self, threads() - 1)
   def compiler(self, *args:str, src:str="", check:bool=False) -> subprocess.CompletedProcess:
     return subprocess.run([*self.command, *args], input=src, capture_output=True, text=True, check=check)
-  def compile(self, src:str) -> bytes:
+  def compile(self, src:str, *flags:str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "kernel.so")
-      proc = self.compiler(*self.flags, "-x", "c", "-", "-o", out, "-lm", src=src)
+      proc = self.compiler(*self.flags, *flags, "-x", "c", "-", "-o", out, "-lm", src=src)
       if proc.returncode != 0: raise CompileError(f"{self.cc} failed to compile this kernel:\n{proc.stderr}\n{src}")
       if not os.path.exists(out): raise CompileError(f"{self.cc} exited with success but produced no output:\n{src}")
       with open(out, "rb") as f: return f.read()
-  def load(self, name:str, binary:bytes) -> Callable:
+  def library(self, src:str, *flags:str) -> int:  # tiny's own C, compiled once (kept in the disk cache) and loaded
+    key = f"{self.compiler_id} {' '.join(flags)}\n{src}".encode()
+    binary = cache_read(key, ".bin", "compiling it again") or cache_write(key, ".bin", self.compile(src, *flags))
+    return self.open(binary)
+  def open(self, binary:bytes) -> int:  # a loaded library's handle
     fd, path = tempfile.mkstemp(suffix=".so", dir=scratch())
     with os.fdopen(fd, "wb") as f: f.write(binary)
-    try: lib = _ctypes.dlopen(path, ctypes.DEFAULT_MODE)
+    try: return _ctypes.dlopen(path, ctypes.DEFAULT_MODE)
     except OSError as e:  # the loader names the file, deleted by now: say whose output it was instead
       raise CompileError(f"{self.cc} built a library that won't load: {str(e).removeprefix(path + ': ')}") from None
     finally: os.unlink(path)  # the loaded library stays mapped
+  def load(self, name:str, binary:bytes) -> Callable:
+    lib = self.open(binary)
     try: fn = CPURuntime.kernel(_ctypes.dlsym(lib, name))
     except OSError:
       _ctypes.dlclose(lib)
       raise CompileError(f"the C source has no function named {name!r}") from None
-    # unmapped once nothing can call into it: what calls fn holds it (run, in Compiled.programs or a RawKernel, and
-    # the workers' tasks); ctypes' own CDLL functions live in reference cycles, so they would stay until a gc pass
+    # unmapped once nothing can call into it: what calls fn holds it (run, in Compiled.programs or a RawKernel); ctypes'
+    # own CDLL functions live in reference cycles, so they would stay until a gc pass
     weakref.finalize(fn, _ctypes.dlclose, lib).atexit = False
     def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
       start = time.perf_counter()
@@ -2590,41 +2604,99 @@ class CPURuntime:
   def synchronize(self): pass
 
 class Workers:
-  """Threads that each run chunks of a kernel, then wait for the next: a handoff is a lock released to wake a worker
-  and one acquired to wait for it, about half what a ThreadPoolExecutor's futures cost. One kernel at a time: the
-  calling thread runs chunk 0 (and every n+1th after it) while the n workers run the rest (ctypes lets go of the GIL).
-  An error in any chunk is raised once every chunk is done, and the workers wait for the next kernel as before. A
-  forked child has none of its parent's threads: its first kernel starts its own."""
-  def __init__(self, n:int): self.start(n)
-  def start(self, n:int):
-    self.lock, self.tasks, self.errors, self.pid = threading.Lock(), [None] * n, [None] * n, os.getpid()
-    self.go, self.done = [threading.Lock() for _ in range(n)], [threading.Lock() for _ in range(n)]
-    for i in range(n):
-      self.go[i].acquire()
-      self.done[i].acquire()
-      threading.Thread(target=self.work, args=(i,), daemon=True).start()
-  def work(self, i:int):
-    while True:
-      self.go[i].acquire()
-      try: Workers.chunks(*self.tasks[i])  # (in a call of its own: a waiting worker holds no buffer)
-      except BaseException as e: self.errors[i] = e
-      finally: self.done[i].release()
+  """Threads that each take chunks of a kernel while the calling thread takes them too, in C: each chunk is claimed by
+  an atomic compare-and-swap, so a kernel's chunks start within a microsecond, and one that a worker doesn't wake for
+  in time is run by the caller. Python threads would wait on a lock and then for the GIL: tens of microseconds a
+  kernel. A worker spins a while after each kernel, as the next one often comes soon, then sleeps. One kernel at a
+  time. The pool is compiled once (and kept in the disk cache) on the first kernel that uses it; a forked child, which
+  has none of its parent's threads, starts its own."""
+  most = 64  # buffers a pooled kernel may take: the pool calls a kernel through a function of its argument count
+  def __init__(self, runtime:CPURuntime, n:int): self.runtime, self.n, self.pid = runtime, n, None
   def run(self, fn:Callable, bufs:tuple, chunks:int):
-    if self.pid != os.getpid(): self.start(len(self.go))
-    n = min(len(self.go), chunks - 1)
-    with self.lock:
-      for i in range(n):
-        self.tasks[i], self.errors[i] = (fn, bufs, range(i + 1, chunks, n + 1)), None
-        self.go[i].release()
-      try: Workers.chunks(fn, bufs, range(0, chunks, n + 1))
-      finally:
-        for i in range(n):
-          self.done[i].acquire()
-          self.tasks[i] = None
-      if error := next((e for e in self.errors[:n] if e is not None), None): raise error
-  @staticmethod
-  def chunks(fn:Callable, bufs:tuple, which:range):  # the kernel's chunks `which`, one after another
-    for chunk in which: fn(*bufs, chunk)
+    if len(bufs) > Workers.most:  # (a kernel of that many buffers is rare: its chunks run one after another)
+      for chunk in range(chunks): fn(*bufs, chunk)
+      return
+    if self.pid != os.getpid(): self.start()
+    self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
+  def start(self):
+    src = POOL.replace("CALLS", "\n".join(
+      f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
+      f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in range(Workers.most + 1)) + "\nstatic void (*const "
+      f"calls[])(void*, void**, int) = {{{', '.join(f'call{n}' for n in range(Workers.most + 1))}}};")
+    lib = self.runtime.library(src, "-pthread")
+    if ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(_ctypes.dlsym(lib, "start"))(self.n) != 0:
+      raise RuntimeError(f"can't start {self.n} CPU worker threads (THREADS={self.n + 1})")
+    self.call = ctypes.CFUNCTYPE(None, CPURuntime.kernel, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)(
+      _ctypes.dlsym(lib, "run"))
+    self.pid = os.getpid()
+
+# The pool: a job is a kernel, its buffers and how many chunks it has. `state` holds the job's number (high 32 bits)
+# and its next unclaimed chunk (low 32): a claim is a compare-and-swap on it, so a claim made while reading an older
+# job's fields fails, and a job's fields are only rewritten once every chunk of it is done.
+POOL = r"""
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+CALLS
+static struct { void* _Atomic fn; void** _Atomic bufs; atomic_int nbufs, chunks; } job;
+static _Atomic uint64_t state;
+static atomic_int finished, sleepers;
+static pthread_mutex_t lock, one;  /* lock: for sleeping; one: one kernel at a time */
+static pthread_cond_t wake;
+static const long spin_ns = 500000;  /* how long an idle worker watches for the next kernel before it sleeps */
+
+static int claim(uint64_t number) {  /* run one chunk of that job: 0 once none is left, or a newer job is out */
+  for (uint64_t s = atomic_load(&state); s >> 32 == number;) {
+    void* fn = job.fn; void** bufs = job.bufs; int nbufs = job.nbufs, chunks = job.chunks;
+    if ((uint32_t)s >= (uint32_t)chunks) return 0;
+    if (atomic_compare_exchange_weak(&state, &s, s + 1)) {
+      calls[nbufs](fn, bufs, (int)(uint32_t)s);
+      atomic_fetch_add(&finished, 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+static long now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000L + t.tv_nsec; }
+static void idle(uint64_t seen) {  /* until a job after `seen` is out */
+  for (long start = now(); atomic_load(&state) >> 32 == seen && now() - start < spin_ns;) sched_yield();
+  pthread_mutex_lock(&lock);
+  atomic_fetch_add(&sleepers, 1);  /* before the check: run either sees a sleeper or this sees its job */
+  while (atomic_load(&state) >> 32 == seen) pthread_cond_wait(&wake, &lock);
+  atomic_fetch_sub(&sleepers, 1);
+  pthread_mutex_unlock(&lock);
+}
+static void* worker(void* unused) {
+  for (uint64_t seen = atomic_load(&state) >> 32;; seen = atomic_load(&state) >> 32) {
+    while (claim(seen)) {}
+    idle(seen);
+  }
+  return unused;
+}
+int start(int n) {  /* (in a forked child, whatever the parent's threads held is let go here) */
+  pthread_mutex_init(&lock, 0); pthread_mutex_init(&one, 0); pthread_cond_init(&wake, 0);
+  atomic_store(&sleepers, 0);
+  for (int i = 0; i < n; i++) {
+    pthread_t t;
+    if (pthread_create(&t, 0, worker, 0) != 0) return -1;
+    pthread_detach(t);
+  }
+  return 0;
+}
+void run(void* fn, void** bufs, int nbufs, int chunks) {
+  pthread_mutex_lock(&one);
+  job.fn = fn; job.bufs = bufs; job.nbufs = nbufs; job.chunks = chunks;
+  atomic_store(&finished, 0);
+  uint64_t number = (atomic_load(&state) >> 32) + 1;
+  atomic_store(&state, number << 32);
+  if (atomic_load(&sleepers)) { pthread_mutex_lock(&lock); pthread_cond_broadcast(&wake); pthread_mutex_unlock(&lock); }
+  while (claim(number)) {}
+  while (atomic_load(&finished) < chunks) sched_yield();  /* for the chunks workers took */
+  pthread_mutex_unlock(&one);
+}
+"""
 
 def vector_width(macros:str) -> int:
   """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
@@ -2758,7 +2830,7 @@ class Compiled:
       self.free_cache.setdefault(nbytes, []).append(buf)
       self.free_cache.move_to_end(nbytes)
       self.cached += nbytes
-      self.trim(self.cache_max)
+      if self.cached > self.cache_max: self.trim(self.cache_max)
   def trim(self, limit:int):
     """Frees cached buffers, the size freed longest ago first, until the cache holds at most limit bytes."""
     while self.cached > limit:
@@ -2846,10 +2918,9 @@ class Buffer:
   """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
   def __init__(self, device:str, size:int, dtype:DType):
     self.device, self.size, self.dtype, self._buf = device, size, dtype, None
+    self.allocated = padded(size) * dtype.itemsize  # bytes
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
-  @property
-  def allocated(self) -> int: return padded(self.size) * self.dtype.itemsize
   @property
   def buf(self):
     if self._buf is None: self._buf = Device[self.device].alloc(self.allocated)
