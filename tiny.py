@@ -1885,7 +1885,7 @@ def local_opts(sink:UOp, dev:Target) -> list[Opt]:
 
 def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   """CPU threads split the outermost loop into one chunk per core, when there is work enough to pay for them: a
-  handoff to the pool costs tens of microseconds, what a million cached floats take to add up, or 40,000 exps."""
+  handoff to the pool costs a few microseconds, about what 250,000 cached floats take to add up, or 10,000 exps."""
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
   reduced, free = {r for u in reduces for r in u.src[1:]}, free_ranges(sink)
   # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row), times
@@ -1893,7 +1893,7 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
   ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and dtypes.is_float(u.dtype))
-  if not glob or work * max(ops, 1) < 2**21 * dev.cores: return []
+  if not glob or work * max(ops, 1) < 2**18 * dev.cores: return []
   n = glob[0].size  # whole chunks: a tail would gate every load of the loop
   threads = next((t for t in range(min(dev.cores, n), 1, -1) if n % t == 0), None)
   return [Opt(AxisType.THREAD, glob[0], threads)] if threads else []
