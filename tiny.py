@@ -21,7 +21,7 @@ def setting(key:str, value:str, least:int) -> int:
 
 @functools.cache
 def threads() -> int: return getenv("THREADS", os.cpu_count() or 1, least=1)  # CPU threads a big kernel splits across
-def prod(xs) -> int: return functools.reduce(operator.mul, xs, 1)
+prod = math.prod
 def cdiv(a:int, b:int) -> int: return -(-a // b)
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -982,7 +982,7 @@ class Tensor:
     if promote:
       dtype = dtypes.promote(*[t.dtype for t in ts])
       ts = [t.cast(dtype) for t in ts]
-    return [t.expand(shape) for t in ts]
+    return [t if t.shape == shape else t._expand(shape) for t in ts]
   def _like(self, uop:UOp) -> Tensor:  # a new tensor on this one's device (which __init__ has checked once)
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, self.device
@@ -1095,7 +1095,7 @@ class Tensor:
     size, kept = prod(self.shape[i] for i in axes), tuple(s for i, s in enumerate(self.shape) if i not in axes)
     if size == 0: out = Tensor.full(kept, identity(op, self.dtype).arg, self.dtype, self.device)  # nothing to reduce
     else: out = self._reduce_axis(op, axes)
-    return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape))) if keepdim else out.reshape(kept)
+    return out._reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
   def sum(self, axis=None, keepdim=False) -> Tensor:  # ints and bools add up in int64, as in numpy and torch
@@ -1126,7 +1126,9 @@ class Tensor:
       shape[shape.index(-1)] = self.numel() // rest if rest else 0
     if prod(check_shape(shape)) != self.numel():  # checked first: a size like 2.5 would never fold into strides
       raise ShapeError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
-    return self if tuple(shape) == self.shape else self._view("reshape", tuple(shape))
+    return self._reshape(tuple(shape))
+  def _reshape(self, shape:tuple[int, ...]) -> Tensor:  # to a shape of as many elements
+    return self if shape == self.shape else self._view("reshape", shape)
   def permute(self, *order) -> Tensor:
     order = tuple(self._dim(d) for d in Tensor._unpack(order))
     if sorted(order) != list(range(self.ndim)): raise ShapeError(f"permute {order} is not an order of {self.ndim} dims")
@@ -1135,7 +1137,9 @@ class Tensor:
     shape = Tensor._unpack(shape)
     shape = check_shape(tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
     if broadcast_shape(self.shape, shape) != shape: raise ShapeError(f"can't expand {self.shape} to {shape}")
-    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+    return self._expand(shape)
+  def _expand(self, shape:tuple[int, ...]) -> Tensor:  # to a shape it broadcasts to
+    x = self._reshape((1,) * (len(shape) - self.ndim) + self.shape)
     return x if x.shape == shape else x._view("expand", shape)
   def pad(self, padding, value=0.0, mode:str="constant") -> Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
@@ -3040,11 +3044,13 @@ class TinyJit:
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
     functools.update_wrapper(self, fn)
   def __call__(self, *args, **kwargs):
-    values = (*args, *kwargs.values())
-    inputs = [x for x in values if isinstance(x, Tensor)]
-    bufs = [t.buffer() for t in inputs]  # each a whole buffer: what a replay binds
-    key = (tuple(Tensor if isinstance(x, Tensor) else x for x in values), tuple(kwargs),
-           tuple((t.shape, t.dtype, t.device) for t in inputs), tuple(bufs.index(b) for b in bufs))  # (shared buffers)
+    key, bufs = [tuple(kwargs)], []
+    for x in (*args, *kwargs.values()):  # a tensor by its shape, dtype, device and which buffer; any other value as is
+      if isinstance(x, Tensor):
+        bufs.append(b := x.buffer())  # a whole buffer: what a replay binds
+        key.append((Tensor, x.shape, x.dtype, x.device, bufs.index(b)))  # (the first argument sharing its buffer)
+      else: key.append(x)
+    key = tuple(key)
     if (replay := self.replays.get(key)) is not None: return replay(bufs)
     self.calls[key] += 1
     if self.calls[key] == 1: return self.run(args, kwargs)
