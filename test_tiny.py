@@ -2506,6 +2506,15 @@ def test_matmul_at_every_cpu_width(cpu_width, m, k, n):
   a, b = rand_list((m, k), 143), rand_list((k, n), 144)
   assert_close(poisoned(lambda x, y: x @ y, a, b).tolist(), matmul2d(a, b), rtol=1e-4, atol=1e-4)
 
+def test_a_cpu_matmul_runs_its_rows_inside_its_columns_on_threads(cpu_width, monkeypatch):
+  """Each step of the reduce reads a tile of b wider than a's, so the rows loop inside the columns (b's tile stays in
+  cache); the threads split the columns, or where 3 tiles of them don't (width 16), the rows inside them."""
+  monkeypatch.setattr(tiny, "threads", lambda: 2)
+  a, b = rand_list((72, 70), 170), rand_list((70, 192), 171)
+  progs = tiny.render(Tensor(a, device="CPU") @ Tensor(b, device="CPU"))
+  assert "global" in progs[-1].opts and "thread" in progs[-1].opts, progs[-1].opts
+  assert_close(poisoned(lambda x, y: x @ y, a, b).tolist(), matmul2d(a, b), rtol=1e-4, atol=1e-4)
+
 @pytest.mark.parametrize("shape", [(37,), (5, 37), (3, 1024)])
 def test_softmax_at_every_cpu_width(cpu_width, shape):
   x = rand_list(shape, 145, -9.0, 9.0)
