@@ -804,6 +804,11 @@ def test_a_softmax_row_is_one_kernel():
     assert len(tiny.schedule([Tensor.empty(4096, 1024, device=device).softmax(-1)])) == 1
   assert len(tiny.schedule([Tensor.empty(10**6, device="CPU").softmax(-1)])) == 5  # one long row: split across cores
 
+def test_a_cpu_row_program_fetches_the_next_row_as_it_computes_the_dear_loop():  # a GPU block has its own row
+  cpu, = tiny.render(Tensor.empty(64, 1024, device="CPU").softmax(-1))
+  cuda, = tiny.render(Tensor.empty(64, 1024, device="CUDA").softmax(-1))
+  assert "__builtin_prefetch" in cpu.src and "prefetch" not in cuda.src
+
 def test_cpu_threads_count_a_rows_reduces_once_a_row(monkeypatch):  # not once per column: 4 rows are too little work
   monkeypatch.setattr(tiny, "threads", lambda: 2)  # (shapes no other test lowers: programs are kept by kernel)
   small, = tiny.render(Tensor.empty(4, 1001, device="CPU").softmax(-1))
@@ -2925,7 +2930,7 @@ void r_3_5(float* restrict data0, float* restrict data1) {
     float acc0 = (-INFINITY);
     for (int ridx1 = 0; ridx1 < 5; ridx1++) {
       float val0 = *(data1+(ridx1+(ridx0*5)));
-      acc0 = ((acc0<val0||val0!=val0)?val0:acc0);
+      acc0 = (((acc0<val0)|(val0!=val0))?val0:acc0);
     }
     *(data0+ridx0) = acc0;
   }
@@ -2944,17 +2949,17 @@ extern "C" __global__ void __launch_bounds__(4) r_3_4_2(float* data0, float* dat
     bool alu3 = (alu2<5);
     float val0 = (alu3?*(data1+(alu2+(gidx0*5))):0.0f);
     float alu4 = (alu3?val0:(-INFINITY));
-    acc0 = ((acc0<alu4||alu4!=alu4)?alu4:acc0);
+    acc0 = (((acc0<alu4)|(alu4!=alu4))?alu4:acc0);
   }
   *(tempN+lidx0) = acc0;
   __syncthreads();
   float val1 = *(tempN+lidx0);
   float val2 = (alu0?*(tempN+(lidx0+2)):0.0f);
-  if (alu0) { *(tempN+lidx0) = ((val1<val2||val2!=val2)?val2:val1); }
+  if (alu0) { *(tempN+lidx0) = (((val1<val2)|(val2!=val2))?val2:val1); }
   __syncthreads();
   float val3 = *(tempN+lidx0);
   float val4 = (alu1?*(tempN+(lidx0+1)):0.0f);
-  if (alu1) { *(tempN+lidx0) = ((val3<val4||val4!=val4)?val4:val3); }
+  if (alu1) { *(tempN+lidx0) = (((val3<val4)|(val4!=val4))?val4:val3); }
   __syncthreads();
   float val5 = *(tempN+0);
   if ((lidx0==0)) { *(data0+gidx0) = val5; }
