@@ -2506,6 +2506,14 @@ def test_sum_and_max_at_every_cpu_width(cpu_width, shape):
   assert_close(poisoned(lambda t: t.sum(axis=-1), x).tolist(), ref_reduce(math.fsum, x, -1), rtol=1e-4, atol=1e-4)
   assert poisoned(lambda t: t.max(axis=-1), x).tolist() == ref_reduce(max, x, -1)
 
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_a_reduce_over_rows_of_padding_alone_at_every_cpu_width(cpu_width, value):  # a vector load that's never taken
+  x = rand_list((1, 16), 172)
+  rows = x + [[value] * 16] * 3
+  for fn, ref in ((lambda t: t.max(-1), max), (lambda t: t.min(-1), min), (lambda t: t.sum(-1), math.fsum)):
+    assert_close(poisoned(lambda t: fn(t.pad(((0, 3), (0, 0)), value=value)), x).tolist(), [ref(r) for r in rows],
+                 rtol=1e-6, atol=1e-6)
+
 @pytest.mark.parametrize("m, k, n", [(37, 29, 71), (20, 33, 128), (8, 64, 64)])  # odd; a register tile at any width
 def test_matmul_at_every_cpu_width(cpu_width, m, k, n):
   a, b = rand_list((m, k), 143), rand_list((k, n), 144)

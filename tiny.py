@@ -235,6 +235,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
   @staticmethod
   def const(dtype:DType, value) -> UOp:  # rounded to its dtype here, so every device sees the same value
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar, value),) * dtype.count)  # each lane
     return UOp(Ops.CONST, dtype, (), truncate(dtype, dtypes.python(dtype)(value)))
   def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
   def alu(self, op:Ops, *srcs:UOp) -> UOp:
@@ -1644,8 +1645,7 @@ def new_range(size:int, kind:AxisType) -> UOp:
     else UOp.const(dtypes.index, 0)
 
 def identity(op:Ops, dtype:DType) -> UOp:
-  if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (identity(op, dtype.scalar),) * dtype.count)
-  return UOp.const(dtype, 0 if op is Ops.ADD else dtypes.limits(dtype)[0])  # x+0 = x, max(x, min) = x
+  return UOp.const(dtype, 0 if op is Ops.ADD else dtypes.limits(dtype.scalar)[0])  # x+0 = x, max(x, min) = x
 
 def rangeify(ast:UOp) -> UOp:
   """A kernel AST's STORE(buf, value) becomes STORE(buf, addr, value at the output's ranges)."""
