@@ -906,7 +906,8 @@ def test_a_row_program_over_a_stored_reduce_is_one_kernel(device):
 
 def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   """Rows of b 1024 floats or more apart are stored first in tiles of the kernel's vector columns (a TLB miss a step,
-  otherwise), broadcast over a batch too; a b read transposed, or a GPU's, is read as it is."""
+  otherwise), broadcast over a batch too, and so is a b read transposed (no columns side by side); a GPU's is read as
+  it is."""
   a, b, c = rand_list((33, 70), 167), rand_list((70, 1088), 168), rand_list((2, 17, 70), 169)
   fn = lambda x, w: x @ w
   def kernels(rows): return len(tiny.schedule([fn(Tensor.empty(rows, 70, device="CPU"),
@@ -915,6 +916,7 @@ def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   assert_close(poisoned(fn, a, b).tolist(), ref_matmul(a, b), rtol=1e-5, atol=1e-5)
   assert_close(poisoned(fn, c, b).tolist(), [ref_matmul(m, b) for m in c], rtol=1e-5, atol=1e-5)
   bt = [list(col) for col in zip(*b)]
+  assert len(tiny.schedule([Tensor.empty(33, 70, device="CPU") @ Tensor.empty(1088, 70, device="CPU").T])) == 2
   assert_close(poisoned(lambda x, w: x @ w.T, a, bt).tolist(), ref_matmul(a, b), rtol=1e-5, atol=1e-5)
   assert len(tiny.schedule([Tensor.empty(33, 70, device="PYTHON") @ Tensor.empty(70, 1088, device="PYTHON")])) == 1
 

@@ -1406,9 +1406,10 @@ def split_reduce(r:UOp, device:str) -> UOp:
 
 def pack(r:UOp, device:str) -> UOp:
   """A CPU matmul's tile reads 4 vectors of b's columns for each step of its reduce: a row of b a step, a page apart
-  once rows pass 4 KB, so each step misses the TLB. b stored first in tiles of those columns, (N/T, K, T), is read in
-  order (a 1024 matmul: 1.5x). Only for a b read as is, broadcast over 32 output rows or more, with a reduce of 64 or
-  more: the copy is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
+  once rows pass 4 KB, so each step misses the TLB; and a b read transposed (x @ w.T) has no columns side by side to
+  load as vectors at all. b stored first in tiles of those columns, (N/T, K, T), is read in order (a 1024 matmul:
+  1.5x; a 512 x @ w.T: 5x). Only for a b broadcast over 32 output rows or more, with a reduce of 64 or more: the copy
+  is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
   target = Device.target(device)
   if target.has_local or r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or r.src[0].op is not Ops.MUL or \
      len(r.src[0].shape) < 3 or tuple(r.arg[1]) != (len(r.src[0].shape) - 1,): return r
@@ -1417,9 +1418,9 @@ def pack(r:UOp, device:str) -> UOp:
     if b.op is not Ops.VIEW or b.src[0].op is not Ops.BUFFER or len(b.arg.views) != 1: return b
     v = b.arg.views[0]
     (n, k), (n_stride, k_stride) = v.shape[-2:], v.strides[-2:]
-    if v.mask is not None or any(v.strides[:-2]) or prod(v.shape[:-2]) < 32 or n_stride != 1 or n % tile or \
-       k_stride * b.dtype.itemsize < 4096 or k < 64: return b
-    columns = Tensor(UOp(Ops.VIEW, b.dtype, b.src, ShapeTracker((View((n, k), (1, k_stride), v.offset),))),
+    if v.mask is not None or any(v.strides[:-2]) or prod(v.shape[:-2]) < 32 or n % tile or k < 64 or \
+       n_stride == 1 and k_stride * b.dtype.itemsize < 4096: return b
+    columns = Tensor(UOp(Ops.VIEW, b.dtype, b.src, ShapeTracker((View((n, k), (n_stride, k_stride), v.offset),))),
                      device=device)
     tiles = columns.reshape(n // tile, tile, k).permute(0, 2, 1).contiguous()  # (N/T, K, T)
     return tiles.permute(0, 2, 1).reshape((1,) * (len(v.shape) - 2) + (n, k)).expand(*v.shape).uop
