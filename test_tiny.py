@@ -920,6 +920,15 @@ def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   assert_close(poisoned(lambda x, w: x @ w.T, a, bt).tolist(), ref_matmul(a, b), rtol=1e-5, atol=1e-5)
   assert len(tiny.schedule([Tensor.empty(33, 70, device="PYTHON") @ Tensor.empty(70, 1088, device="PYTHON")])) == 1
 
+def test_a_cpu_matmul_of_a_transposed_b_too_small_to_pack_keeps_a_small_tile(cpu_width):
+  """b's columns are a row apart, so they can't be vectors: a tile as wide as four of them would be 256 scalars, each
+  with its own cos inlined (20,000 lines of C, 25 s to compile)."""
+  a, b = rand_list((4, 8), 173), rand_list((64, 8), 174)
+  prog, = tiny.render((Tensor(a, device="CPU") @ Tensor(b, device="CPU").T).cos())
+  assert prog.opts.startswith("upcast 64:4 "), prog.opts
+  want = [[math.cos(v) for v in row] for row in ref_matmul(a, [list(c) for c in zip(*b)])]
+  assert_close(poisoned(lambda x, w: (x @ w.T).cos(), a, b).tolist(), want, rtol=1e-5, atol=1e-5)
+
 def test_cheap_work_is_recomputed_where_it_is_read():
   a, b, w = realized((37, 53), (37, 53), (53, 3))
   assert len(tiny.render((a + 1) @ w)) == 1  # one add per 3 reads: cheaper than storing
