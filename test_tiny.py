@@ -2557,8 +2557,9 @@ STREAMS = {4: "_mm_stream_ps", 8: "_mm256_stream_ps", 16: "_mm512_stream_ps"}
 
 @pytest.mark.parametrize("n", [1003, 4099])
 def test_big_outputs_are_written_past_the_cache_at_every_cpu_width(small_streams, n):
-  """Whole vectors stream and the tail is stored as before; the fence ends the kernel. An output the kernel also reads
-  back (a softmax row's exps) is stored in the cache."""
+  """Whole vectors stream and the tail is stored as before; the fence ends the kernel. A softmax row's exps, which the
+  kernel reads back, go to a row on the stack so its output streams too; a row too long for the stack keeps them in
+  the output, stored in the cache."""
   width = min(small_streams, tiny.Device["CPU"].runtime.width)  # (a vector wider than the CPU's is stored as before)
   a, b = big(n, 167), big(n, 168)
   out = poisoned(lambda x, y: x * y + x, a, b)
@@ -2566,9 +2567,15 @@ def test_big_outputs_are_written_past_the_cache_at_every_cpu_width(small_streams
   assert STREAMS[width] in src and src.rstrip().endswith("_mm_sfence();\n}"), src
   assert_close(out.tolist(), [f32(x * y) + x for x, y in zip(a, b)], atol=1e-6)
   x = rand_list((4, 1024), 170, -9.0, 9.0)
-  row = poisoned(lambda t: t.softmax(-1), x)
-  assert "_stream_" not in tiny.render(row)[0].src
-  assert_close(row.tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
+  for row_bytes, streams in ((2**16, True), (2048, False)):
+    tiny.program_cache.clear()
+    with pytest.MonkeyPatch.context() as m:
+      m.setattr(tiny, "ROW_BYTES", row_bytes)
+      m.setenv("NOCACHE", "1")  # (the disk cache doesn't know the row's bound either)
+      row = poisoned(lambda t: t.softmax(-1), x)
+      src = tiny.render(row)[0].src
+    assert ("_stream_" in src) == streams and ("temp0[1024]" in src) == streams, src
+    assert_close(row.tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
 def test_outputs_stream_only_where_they_are_big_and_the_cpu_has_the_stores(monkeypatch):
   """16 MB of output streams, a byte less doesn't; a reduce's scalar stores don't; nor where the compiler targets

@@ -1588,7 +1588,7 @@ def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
 
 def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row loops on GPUs: what opts split
   sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
-  return row_loops(sink) if target.has_local else reread(sink)
+  return row_loops(sink) if target.has_local else reread(sink, target)
 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
@@ -1756,10 +1756,13 @@ def row_loops(sink:UOp) -> UOp:
   cols = set(ranges(sink, AxisType.GLOBAL)) - set().union(*[free[u] for u in reduces])
   return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
 
-def reread(sink:UOp) -> UOp:
+def reread(sink:UOp, dev:Target) -> UOp:
   """A row program computes a dear value twice: once in a reduce's loop, again for the row's outputs (a softmax row's
   exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it into
-  the output, and the outputs read it back from there, in cache: a load for ~25 operations. The same loop fetches the
+  the output, and the outputs read it back from there, in cache: a load for ~25 operations. An output big enough to
+  go past the cache (see stream) keeps the values in a row of its own on the stack instead, where the row fits in
+  ROW_BYTES, so the output is written once, never read: a softmax of 4096x1024 moves 32 MB, not 48 (1.2x). (A cached
+  output gains nothing from the row: its stores would only move.) The same loop fetches the
   next row's input as it goes (PREFETCH): a row of 4 KB or more starts on a page that the hardware's prefetcher
   doesn't cross into, and the loop's operations hide the fetch (a softmax of 4096x1024 from memory: 1.3x). On CPUs:
   a GPU computes exp2 in one instruction, and its threads would read each other's columns. Only where rows are the outer ranges (the
@@ -1781,19 +1784,25 @@ def reread(sink:UOp) -> UOp:
       value = substitute(u.src[0], shared)
       if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
          st.gate is None and st.buf not in loaded:
-        early.append(UOp(Ops.STORE, None, (st.buf, substitute(st.addr, {c: r for r, c in shared.items()}), u.src[0])))
+        buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
+        if dev.streams and st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES and \
+           size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by the column's place in it
+          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Shared(u.src[1].arg.id, padded(size)))
+          addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])
+        early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
         row = max(rows, key=lambda r: r.arg.id)  # the innermost; the last row fetches itself: no address past the end
         own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
         ahead = (row < row.size - 1).where(row + 1, row)
         early += [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
                   if x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and
                   not own.isdisjoint(x.addr.toposort)]
-        st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, st.src[:2])})))
+        st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, (buf, addr))})))
         break
     late.append(st)
   return sink.replace(src=tuple(early + late))
 
 REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
+ROW_BYTES = 2**16  # a row kept on a thread's stack: within L2, and far within the stack
 def _alu_cost(u:UOp) -> int:
   return sum(alu_costs.get(x.op, 1) for x in u.toposort if x.op in GroupOp.ALU and x.dtype == u.dtype)
 
@@ -2042,7 +2051,7 @@ def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
-  return u.buf.op is Ops.PARAM and u.buf.dtype == dtypes.float and _aligned(u.addr, lane, w) and \
+  return u.buf.op in (Ops.PARAM, Ops.DEFINE_LOCAL) and u.buf.dtype == dtypes.float and _aligned(u.addr, lane, w) and \
     (u.gate is None or lane not in u.gate.toposort)
 
 def split_lanes(sink:UOp, r:UOp, w:int) -> tuple[UOp, UOp]:  # r as copies * w + lane: the kernel, and the lane range
@@ -2224,8 +2233,9 @@ def linearize(sink:UOp) -> list[UOp]:
   waiting = {u: len(set(u.src)) for u in order}
   # memory order: a load from a buffer the kernel writes waits for the stores to it that read nothing from it (see
   # reread: the values the loads read back)
-  loads = [u for u in order if u.op is Ops.LOAD and u.buf.op is Ops.PARAM]
-  for st in (u for u in order if u.op is Ops.STORE and u.buf.op is Ops.PARAM):
+  memory = (Ops.PARAM, Ops.DEFINE_LOCAL)
+  loads = [u for u in order if u.op is Ops.LOAD and u.buf.op in memory]
+  for st in (u for u in order if u.op is Ops.STORE and u.buf.op in memory):
     if not any(ld.buf is st.buf for ld in st.toposort if ld.op is Ops.LOAD):
       for ld in (ld for ld in loads if ld.buf is st.buf):
         users[st].append(ld)
@@ -2511,7 +2521,7 @@ CPU = Renderer(
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
   approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}),
-  buffer_prefix="", local_prefix="", barrier="",
+  buffer_prefix="", local_prefix="__attribute__((aligned(64))) ", barrier="",
   streams={bits // 8: f"{call}({{at}}, (__m{bits})({{value}}));"
            for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
   fence="_mm_sfence();",
