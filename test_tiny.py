@@ -2577,6 +2577,19 @@ def test_big_outputs_are_written_past_the_cache_at_every_cpu_width(small_streams
     assert ("_stream_" in src) == streams and ("temp0[1024]" in src) == streams, src
     assert_close(row.tolist(), ref_softmax(x, -1), rtol=1e-5, atol=1e-7)
 
+@pytest.mark.parametrize("shape, axes", [((64, 16), (-1,)), ((5, 16, 37), (1, 2)), ((3, 7, 36), (-1,))])
+def test_row_programs_past_the_cache_keep_their_rows_on_the_stack(small_streams, shape, axes):
+  """A row of one vector (its load's address doesn't move along the rows: it still runs in its row), a row over two
+  axes, and rows of a 3-D tensor."""
+  x = rand_list(shape, 175, -9.0, 9.0)
+  def softmax(t):
+    e = (t - t.max(axes, keepdim=True)).exp()
+    return e / e.sum(axes, keepdim=True)
+  out = poisoned(softmax, x)
+  assert "temp0[" in tiny.render(out)[0].src
+  rows = (math.prod(shape[:-len(axes)]), math.prod(shape[-len(axes):]))
+  assert_close(out.tolist(), ref_reshape(ref_softmax(ref_reshape(x, rows), -1), shape), rtol=1e-5, atol=1e-7)
+
 def test_outputs_stream_only_where_they_are_big_and_the_cpu_has_the_stores(monkeypatch):
   """16 MB of output streams, a byte less doesn't; a reduce's scalar stores don't; nor where the compiler targets
   no x86 (NEON); nor on GPUs."""

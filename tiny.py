@@ -2234,20 +2234,24 @@ def linearize(sink:UOp) -> list[UOp]:
     for s in set(u.src): users[s].append(u)
   waiting = {u: len(set(u.src)) for u in order}
   # memory order: a load from a buffer the kernel writes waits for the stores to it that read nothing from it (see
-  # reread: the values the loads read back)
-  memory = (Ops.PARAM, Ops.DEFINE_LOCAL)
+  # reread: the values the loads read back), and runs in the output loops they ran in (a row's values, kept in a row
+  # on the stack, are read in that row, even where the load's address doesn't vary with it)
+  memory, after = (Ops.PARAM, Ops.DEFINE_LOCAL), set()
   loads = [u for u in order if u.op is Ops.LOAD and u.buf.op in memory]
   for st in (u for u in order if u.op is Ops.STORE and u.buf.op in memory):
     if not any(ld.buf is st.buf for ld in st.toposort if ld.op is Ops.LOAD):
       for ld in (ld for ld in loads if ld.buf is st.buf):
         users[st].append(ld)
         waiting[ld] += 1
+        after.add(ld)
   # ready to emit, earliest in order first: work by the loops it needs, an END by the loop it closes (ranges: below)
   work: dict[tuple, list] = defaultdict(list)
   ends: dict[UOp, list] = defaultdict(list)
   def ready(u:UOp):
     if u.op is Ops.END: heapq.heappush(ends[u.src[0]], (pos[u], u))
-    elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], (pos[u], u))
+    elif u.op not in (Ops.RANGE, Ops.SINK):
+      if u in after: need[u] = sorted({*need[u], *(r for r in stack if r.kind in output_loops)}, key=depth.__getitem__)
+      heapq.heappush(work[tuple(need[u])], (pos[u], u))
   done, out, stack = set(), [], []
   def emit(u:UOp):
     out.append(u); done.add(u)
