@@ -2590,6 +2590,17 @@ def test_row_programs_past_the_cache_keep_their_rows_on_the_stack(small_streams,
   rows = (math.prod(shape[:-len(axes)]), math.prod(shape[-len(axes):]))
   assert_close(out.tolist(), ref_reshape(ref_softmax(ref_reshape(x, rows), -1), shape), rtol=1e-5, atol=1e-7)
 
+def test_a_row_kept_on_the_stack_keeps_its_rows_apart(small_streams):
+  """Rows that read a vector they share would be lanes of one loop (each load of w feeding 4 rows), but the stack
+  holds one row at a time: they stay a loop."""
+  x, w = rand_list((100, 53), 176, -3.0, 3.0), rand_list((1, 53), 177, -3.0, 3.0)
+  def fn(t, v):
+    s = (t * v).sigmoid()
+    return s - s.max(-1, keepdim=True)
+  out = poisoned(fn, x, w)
+  s = [[1 / (1 + math.exp(-a * b)) for a, b in zip(row, w[0])] for row in x]
+  assert_close(out.tolist(), [[v - max(row) for v in row] for row in s], rtol=1e-5, atol=1e-6)
+
 def test_outputs_stream_only_where_they_are_big_and_the_cpu_has_the_stores(monkeypatch):
   """16 MB of output streams, a byte less doesn't; a reduce's scalar stores don't; nor where the compiler targets
   no x86 (NEON); nor on GPUs."""

@@ -1875,7 +1875,8 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
       else 4
     # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide memory latency behind each other
     threads = out_size // (prod(o.amount for o in opts) * n)
-    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.has_local or threads >= 2**16):
+    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.has_local or threads >= 2**16) and \
+       _may_be_lanes(sink, r):
       opts.append(Opt(AxisType.UPCAST, r, n))
   tile = bool(opts)
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
@@ -1896,6 +1897,8 @@ def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an in
   return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
              any(x.op is Ops.LOAD and x.buf.op is Ops.PARAM and r not in x.addr.toposort for x in u.src[0].toposort)
              for u in sink.toposort)
+def _may_be_lanes(sink:UOp, r:UOp) -> bool:  # not the rows of a row kept on the stack: it holds one row at a time
+  return not any(u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_LOCAL and r not in u.addr.toposort for u in sink.toposort)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
 def _step(addr:UOp, r:UOp) -> int:  # how far an address moves as r goes from 0 to 1, every other range at 0
@@ -1985,8 +1988,8 @@ def candidates(sink:UOp, dev:Target) -> list[Opt]:
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
     if kind in (AxisType.UPCAST, AxisType.UNROLL): return r.size % n == 0 and lanes * n <= 64
     return n <= dev.local_max
-  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ())
-          for n in (2, 4, 8, 16, 32, 64, 128, 256) if n < r.size and fits(kind, r, n)]
+  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) if kind is not AxisType.UPCAST or
+          _may_be_lanes(sink, r) for n in (2, 4, 8, 16, 32, 64, 128, 256) if n < r.size and fits(kind, r, n)]
 
 def _tried(fn:Callable, *args):  # a candidate that fails to compile or to launch (too many registers, say) is none
   try: return fn(*args)
