@@ -1870,9 +1870,8 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
     # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
-    side = all(_step(x.addr, r) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
-    n = 4 * w if not dev.has_local and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and side \
-      else 4
+    n = 4 * w if not dev.has_local and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
+      _side_by_side(sink, r) else 4
     # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide memory latency behind each other
     threads = out_size // (prod(o.amount for o in opts) * n)
     if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.has_local or threads >= 2**16) and \
@@ -1901,10 +1900,10 @@ def _may_be_lanes(sink:UOp, r:UOp) -> bool:  # not the rows of a row kept on the
   return not any(u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_LOCAL and r not in u.addr.toposort for u in sink.toposort)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
-def _step(addr:UOp, r:UOp) -> int:  # how far an address moves as r goes from 0 to 1, every other range at 0
-  at = [simplify(substitute(addr, {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}))
-        for v in (0, 1)]
-  return at[1].arg - at[0].arg
+def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next element as r steps (other ranges at 0)
+  def at(addr:UOp, v:int) -> int:
+    return simplify(substitute(addr, {x: x.const_like(v * (x is r)) for x in addr.toposort if x.op is Ops.RANGE})).arg
+  return all(at(x.addr, 1) - at(x.addr, 0) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
