@@ -5,7 +5,7 @@ from __future__ import annotations
 import os, sys, math, json, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
 import functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -1266,10 +1266,14 @@ class Tensor:
   # --- realization
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
-    # each device runs its own tensors' kernels; the items are held until each tensor holds its own buffer
-    items = [schedule([t for t in ts if t.device == d]) for d in dict.fromkeys(t.device for t in ts)]
-    for group in items: run_schedule(group)
-    for t in ts: t.uop = realized_view(t.uop) or t.uop
+    for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
+      group = [t for t in ts if t.device == device]
+      key, buffers, nodes = structure([t.uop for t in group], device)
+      plan = planned(key, nodes)
+      bufs = plan.run(buffers, device)
+      for t, view in zip(group, plan.roots):
+        if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
+        else: t.uop = remember(t.uop, view.rebind(bufs[view.src[0].arg.index]))
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -1299,17 +1303,13 @@ class ScheduleItem:
   outs: dict                   # computed node (in a plan, its row) -> the buffer view that holds it once this has run
   why: str                     # why its outputs are stored (kernel_outputs' words), for DEBUG=2
   @property
-  def empty(self) -> bool: return all(b.size == 0 for b in self.bufs[:len(self.ast.src)])  # its outputs hold nothing
+  def empty(self) -> bool: return all(st.buf.arg.size == 0 for st in self.ast.src)  # its outputs hold nothing
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
-  """The kernels that realize these tensors (all on one device), in the order they must run: planned once for each
-  structure of graph (its ops, shapes, dtypes, constants, and which of its buffers are the same), then bound to this
-  graph's buffers. A constant is part of the structure: a new value is a new kernel, compiled once."""
+  """The kernels that realize these tensors (all on one device), in the order they must run, on this graph's buffers:
+  its structure's plan, bound (to read, or to run with run_schedule; realize() runs the plan itself)."""
   key, buffers, nodes = structure([t.uop for t in tensors], tensors[0].device)
-  if (items := plans.get(key)) is None:
-    if len(plans) >= 4096: plans.pop(next(iter(plans)), None)  # bounded: the plan made first goes first
-    items = plans[key] = plan(key, nodes)
-  return bind(items, buffers, nodes, tensors[0].device)
+  return bind(planned(key, nodes).items, buffers, nodes, tensors[0].device)
 
 class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer it stands for is bound
   index: int
@@ -1339,17 +1339,41 @@ def structure(roots:list[UOp], device:str) -> tuple[tuple, list[Buffer], list[UO
     nodes.append(u)
   return (device, *rows, tuple(row[r] for r in roots)), list(slots), nodes
 
-plans: dict[tuple, list[ScheduleItem]] = {}  # structure -> its kernels over slots
+@dataclass
+class Plan:
+  """The kernels of every graph of one structure (its ops, shapes, dtypes, constants, and which of its buffers are the
+  same), over slots: the graph's own buffers, then one for each node a run stores. A constant is part of the
+  structure: a new value is a new kernel, compiled once."""
+  items: list[ScheduleItem]     # over Slot BUFFERs; what each stores, by row
+  made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
+  roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
+  programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
+  def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
+    """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
+    bufs = buffers + [Buffer(device, size, dtype) for size, dtype in self.made]
+    if (launches := self.programs.get(settings := (getenv("NOOPT"), getenv("BEAM")))) is None:
+      launches = self.programs[settings] = load(self.items, device, lambda b: b.arg.index)
+    launch(Device[device], launches, bufs)
+    return bufs
 
-def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
+plans: dict[tuple, Plan] = {}  # structure -> its plan
+
+def planned(key:tuple, nodes:list[UOp]) -> Plan:
+  """The plan of this structure (these nodes have it), made once."""
+  if (found := plans.get(key)) is None:
+    if len(plans) >= 4096: plans.pop(next(iter(plans)), None)  # bounded: the plan made first goes first
+    found = plans[key] = plan(key, nodes)
+  return found
+
+def plan(key:tuple, nodes:list[UOp]) -> Plan:
   """The kernels for every graph of this structure (these nodes have it), over slots: the graph's own buffers first,
   then one for each node stored to memory. What each kernel stores is named by its row."""
-  planned: list[UOp] = []
+  graph: list[UOp] = []
   for r, u in zip(key[1:-1], nodes):
-    if r[0] is Ops.BUFFER: planned.append(UOp(Ops.VIEW, r[1], (UOp(Ops.BUFFER, r[1], (), Slot(r[2], r[3])),), r[4]))
-    else: planned.append(UOp(u.op, u.dtype, tuple(planned[i] for i in r[3:]), u.arg))
-  sink = split = UOp(Ops.SINK, None, tuple(planned[i] for i in key[-1]))
-  if any(u.op is Ops.REDUCE_AXIS for u in planned):
+    if r[0] is Ops.BUFFER: graph.append(UOp(Ops.VIEW, r[1], (UOp(Ops.BUFFER, r[1], (), Slot(r[2], r[3])),), r[4]))
+    else: graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r[3:]), u.arg))
+  sink = split = UOp(Ops.SINK, None, tuple(graph[i] for i in key[-1]))
+  if any(u.op is Ops.REDUCE_AXIS for u in graph):
     split = rebuild(sink, lambda u, new: pack(split_reduce(new, key[0]), key[0]) if u.op is Ops.REDUCE_AXIS else new)
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
@@ -1357,11 +1381,12 @@ def plan(key:tuple, nodes:list[UOp]) -> list[ScheduleItem]:
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
                   ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
   items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
-  rows = {u: i for i, u in enumerate(planned)}
+  rows = {u: i for i, u in enumerate(graph)}
   for item in items:  # a root that split_reduce rebuilt is held for the root it stands for; what is held, by row
     item.outs |= {root: item.outs[new] for root, new in zip(sink.src, split.src) if new in item.outs}
     item.outs = {rows[u]: view for u, view in item.outs.items() if u in rows}
-  return items
+  held = {r: view for item in items for r, view in item.outs.items()}
+  return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key[-1]])
 
 def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
   """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
@@ -1377,8 +1402,9 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
 def realized_view(u:UOp) -> UOp|None: return None if (ref := u.__dict__.get("realized")) is None else ref()
-def remember(outs:dict[UOp, UOp]):
-  for u, view in outs.items(): u.__dict__["realized"] = weakref.ref(view)
+def remember(u:UOp, view:UOp) -> UOp:
+  u.__dict__["realized"] = weakref.ref(view)
+  return view
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
@@ -3028,42 +3054,50 @@ def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line,
 def tiny_version() -> str:  # this tiny.py, by its hash: another version may lower a kernel otherwise
   with open(__file__, "rb") as f: return hashlib.sha256(f.read()).hexdigest()
 
-class Launch(NamedTuple):  # one kernel, loaded and ready to run on its buffers
-  fn: Callable
+class Launch(NamedTuple):  # one kernel of a run: its program, and where its buffers are among the run's
   prog: Program
-  bufs: list[Buffer]
-  outputs: int  # the first bufs are what it writes
-  def __call__(self, wait:bool=False) -> float|None:
-    return self.fn(*[b.buf for b in self.bufs], global_size=self.prog.global_size, local_size=self.prog.local_size,
-                   wait=wait)
+  slots: list[int]  # outputs first
+  outputs: int
+  why: str  # why its outputs are stored, for DEBUG=2
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
-  """Run kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
-  total, debug, launches = 0.0, getenv("DEBUG"), getattr(capturing, "launches", None)
-  for i, (item, launch) in enumerate(zip(items, load(items))):
-    if launch is not None:  # (None: nothing to compute, and a GPU can't launch 0 blocks)
-      if debug >= 4: print(launch.prog.src)
-      if launches is not None: launches.append(launch)
-      tm = launch(wait=wait or debug >= 2)
-      if debug >= 2:
-        flops, mem = launch.prog.info
-        print(f"*** {item.bufs[0].device:6s} {i:4d} {launch.prog.name:30s} {item.why:10s} arg {len(item.bufs):2d} "
-              f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {mem/tm*1e-9:8.2f} GB/s) {launch.prog.opts}")
-      total += tm or 0.0
-    remember(item.outs)
+  """Runs bound kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
+  bufs = list(dict.fromkeys(b for item in items for b in item.bufs))
+  slots = {b: i for i, b in enumerate(bufs)}
+  total = launch(Device[bufs[0].device], load(items, bufs[0].device, slots.__getitem__), bufs, wait) if items else 0.0
+  for item in items:
+    for u, view in item.outs.items(): remember(u, view)
   return total
 
-def load(items:list[ScheduleItem]) -> list[Launch|None]:
-  """Each kernel lowered and loaded, ready to launch on its buffers (None for one with nothing to compute). Each new
-  one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
-  progs, fns = [], []
+def launch(dev:Compiled, launches:list[Launch], bufs:list[Buffer], wait:bool=False) -> float:
+  """Runs a run's kernels in order on its buffers; with wait (or DEBUG>=2) each is timed on the device, and the total
+  is returned. A program is looked up as it launches: the device's cache decides how long one stays loaded."""
+  debug, captured, total = getenv("DEBUG"), getattr(capturing, "launches", None), 0.0
+  mem = [b.buf for b in bufs]
+  for i, l in enumerate(launches):
+    if debug >= 4: print(l.prog.src)
+    fn = dev.loaded(l.prog) or dev.program(l.prog)
+    tm = fn(*[mem[s] for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
+            wait=wait or debug >= 2)
+    if captured is not None: captured.append((fn, l, bufs))
+    if debug >= 2:
+      flops, moved = l.prog.info
+      print(f"*** {dev.name:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} tm {tm*1e6:9.2f}us "
+            f"({flops/tm*1e-9:8.2f} GFLOP/s {moved/tm*1e-9:8.2f} GB/s) {l.prog.opts}")
+    total += tm or 0.0
+  return total
+
+def load(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
+  """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot. Each
+  new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
+  dev, launches, compiles = Device[device], [], []
   for item in items:
-    progs.append(prog := None if item.empty else to_program(item.ast, item.bufs[0].device))
-    dev = Device[item.bufs[0].device]
-    fns.append(None if prog is None else dev.loaded(prog) or compile_pool(os.getpid()).submit(dev.program, prog))
-  return [None if prog is None else
-          Launch(fn.result() if isinstance(fn, concurrent.futures.Future) else fn, prog, item.bufs, len(item.ast.src))
-          for item, prog, fn in zip(items, progs, fns)]
+    if item.empty: continue
+    launches.append(Launch(prog := to_program(item.ast, device), [slot(b) for b in item.bufs], len(item.ast.src),
+                           item.why))
+    if dev.loaded(prog) is None: compiles.append(compile_pool(os.getpid()).submit(dev.program, prog))
+  for c in compiles: c.result()
+  return launches
 
 @functools.cache
 def compile_pool(pid:int) -> concurrent.futures.ThreadPoolExecutor:  # one a process: a forked child has no threads
@@ -3090,7 +3124,7 @@ def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
 
-capturing = threading.local()  # .launches: while a TinyJit captures on this thread, what run_schedule launches
+capturing = threading.local()  # .launches: while a TinyJit captures on this thread, what launch() runs
 
 class TinyJit:
   """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
@@ -3136,20 +3170,22 @@ class Replay:
   outputs: list
   container: type|None  # tuple or list, when the function returned one
   @staticmethod
-  def of(launches:list[Launch], inputs:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
+  def of(captured:list[tuple[Callable, Launch, list[Buffer]]], inputs:list[Buffer], out, returned:weakref.WeakSet):
+    """The replay of kernels captured as they launched (each with the buffers of its run)."""
+    launches = [(fn, l, [bufs[s] for s in l.slots]) for fn, l, bufs in captured]
     given, made, held = list(dict.fromkeys(inputs)), [], []
-    for launch in launches:
-      for i, b in enumerate(launch.bufs):
+    for _, l, bufs in launches:
+      for i, b in enumerate(bufs):
         if b in given or b in made or b in held: continue
-        if i >= launch.outputs and b in returned:
+        if i >= l.outputs and b in returned:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
-        (made if i < launch.outputs else held).append(b)
+        (made if i < l.outputs else held).append(b)
     outs = out if isinstance(out, (tuple, list)) else [out]
     held += [t.uop.src[0].arg for t in outs if isinstance(t, Tensor) and t.uop.src[0].arg not in given + made + held]
     slots = {b: i for i, b in enumerate(given + made + held)}
     return Replay([(b.device, b.size, b.dtype) for b in made], held,
-                  [(l.fn, [slots[b] for b in l.bufs], l.prog.global_size, l.prog.local_size) for l in launches],
+                  [(fn, [slots[b] for b in bufs], l.prog.global_size, l.prog.local_size) for fn, l, bufs in launches],
                   [Output(slots[t.uop.src[0].arg], t.uop) if isinstance(t, Tensor) else t for t in outs],
                   type(out) if isinstance(out, (tuple, list)) else None)
   def __call__(self, inputs:list[Buffer]):
