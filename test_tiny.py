@@ -2813,6 +2813,33 @@ def test_a_bad_setting_names_the_variable_the_value_and_what_is_accepted(tmp_pat
 # Python off the path: a graph of a structure seen before reuses its plan (no scheduling, no lowering), and TinyJit
 # replays captured kernels on new inputs
 
+def test_a_node_built_twice_is_one_object_and_float_keys_stay_apart():
+  x = tiny.UOp(tiny.Ops.CONST, dtypes.float, (), 1.5)
+  assert tiny.UOp(tiny.Ops.ADD, dtypes.float, (x, x)) is tiny.UOp(tiny.Ops.ADD, dtypes.float, (x, x))
+  zeros = [tiny.UOp.const(dtypes.float, v) for v in (0.0, -0.0, math.nan)]
+  assert len({id(z) for z in zeros}) == 3 and tiny.UOp.const(dtypes.float, math.nan) is zeros[2]
+  assert [math.copysign(1, z.arg) for z in zeros[:2]] == [1, -1]
+
+def test_a_node_nothing_holds_leaves_the_table():
+  before = len(tiny.UOpMeta.nodes)
+  u = tiny.UOp(tiny.Ops.CONST, dtypes.int, (), 987_654_321)
+  assert len(tiny.UOpMeta.nodes) == before + 1
+  del u
+  assert len(tiny.UOpMeta.nodes) == before
+
+def test_threads_building_the_same_new_nodes_get_one_object():
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)  # threads switch as often as they can: a race in the table shows
+  try:
+    start = threading.Barrier(4)
+    def build(_):
+      start.wait()
+      a = tiny.UOp(tiny.Ops.CONST, dtypes.int, (), 123_456)
+      return [a] + [a := tiny.UOp(tiny.Ops.ADD, dtypes.int, (a, tiny.UOp.const(dtypes.int, i))) for i in range(3000)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool: chains = list(pool.map(build, range(4)))
+  finally: sys.setswitchinterval(interval)
+  for chain in chains[1:]: assert all(u is v for u, v in zip(chains[0], chain))
+
 def test_same_structure_reuses_its_plan_with_new_data(monkeypatch):
   planned = []
   monkeypatch.setattr(tiny, "plan", lambda key, nodes, plan=tiny.plan: planned.append(key) or plan(key, nodes))

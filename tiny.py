@@ -5,6 +5,7 @@ from __future__ import annotations
 import os, sys, math, json, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
 import functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
+from _weakref import _remove_dead_weakref
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
 from typing import Any, Callable, NamedTuple, Sequence
@@ -195,30 +196,32 @@ class MathMixin:
   def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
   def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
 
-def _key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # keeps -0.0, 0.0 and nan apart
+def _key(arg): return (float, repr(arg)) if type(arg) is float else arg  # keeps -0.0, 0.0 and nan apart
 
 class UOpMeta(type):
   """Hash-consing: a plain dict from (op, dtype, src, arg) to a weak reference to the one node built for it. A node
   lives as long as something holds it; when it dies, its reference's callback drops the entry (and what the key holds,
   such as a BUFFER's memory)."""
   nodes: dict[tuple, NodeRef] = {}
-  lock = threading.RLock()  # two threads building the same new node must get one object; reentrant: see forget
+  lock = threading.Lock()  # for replacing a dead entry: two threads building the same node must get one object
   def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
-    key = (op, dtype, src, _key(arg))
-    if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
+    key = (op, dtype, src, arg if type(arg) is not float else _key(arg))
+    if (ref := UOpMeta.nodes.get(key)) is not None and (u := ref()) is not None: return u
+    u = cls.__new__(cls)  # (UOp has no __init__: a node is its four fields)
+    u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
+    ref = NodeRef(u, UOpMeta.forget)
+    ref.key = key
+    if (found := UOpMeta.nodes.setdefault(key, ref)) is not ref:  # (atomic) another thread's node, or a dead entry
       with UOpMeta.lock:
-        if (ref := UOpMeta.nodes.get(key)) is None or (u := ref()) is None:
-          u = cls.__new__(cls)  # (UOp has no __init__: a node is its four fields)
-          u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
-          UOpMeta.nodes[key] = ref = NodeRef(u, UOpMeta.forget)
-          ref.key = key
+        if (found := UOpMeta.nodes.setdefault(key, ref)) is not ref:
+          if (alive := found()) is not None: return alive
+          UOpMeta.nodes[key] = ref
     return u
   @staticmethod
-  def forget(ref:NodeRef, nodes=nodes, lock=lock):
-    # (may run in a garbage collection inside the locked step above; and at exit, after this module's names are
-    # gone: it reads only what it was given)
-    with lock:
-      if nodes.get(ref.key) is ref: del nodes[ref.key]
+  def forget(ref:NodeRef, nodes=nodes, remove=_remove_dead_weakref):
+    # drops the entry only if it still holds a dead reference, atomically: a node built again for the key in the
+    # meantime stays. (It runs at exit too, after this module's names are gone: it reads only what it was given.)
+    remove(nodes, ref.key)
 
 class NodeRef(weakref.ref):  # a weak reference to a node that knows its key in UOpMeta.nodes
   __slots__ = ("key",)
@@ -976,7 +979,7 @@ class Tensor:
   def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
     """Operands expanded to one shape and, with promote, cast to the dtype they meet in."""
     ts = [self, *map(self._const, others)]
-    if all(t.shape == self.shape and t.dtype == self.dtype and t.device == self.device for t in ts): return ts
+    if len({(t.uop.shape, t.uop.dtype, t.device) for t in ts}) == 1: return ts  # (the common case, checked at once)
     if any(t.device != self.device for t in ts):
       raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
     shape = broadcast_shape(*[t.shape for t in ts])
@@ -1015,19 +1018,19 @@ class Tensor:
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
   def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)
-  def __add__(self, x): return self.add(x)
+  __add__ = add
   def __radd__(self, x): return self._const(x).add(self)
-  def __sub__(self, x): return self.sub(x)
+  __sub__ = sub
   def __rsub__(self, x): return self._const(x).sub(self)
-  def __mul__(self, x): return self.mul(x)
+  __mul__ = mul
   def __rmul__(self, x): return self._const(x).mul(self)
-  def __truediv__(self, x): return self.div(x)
+  __truediv__ = div
   def __rtruediv__(self, x): return self._const(x).div(self)
   def __floordiv__(self, x): return self.divmod(x)[0]
   def __rfloordiv__(self, x): return self._const(x).divmod(self)[0]
   def __mod__(self, x): return self.divmod(x)[1]
   def __rmod__(self, x): return self._const(x).divmod(self)[1]
-  def __neg__(self): return self.neg()
+  __neg__ = neg
   def __matmul__(self, x): return self.matmul(x)
   def __rmatmul__(self, x): return self._const(x).matmul(self)
   def __lt__(self, x): return self._alu(Ops.CMPLT, x)
@@ -1323,18 +1326,17 @@ def structure(roots:list[UOp], device:str) -> tuple[tuple, list[Buffer], list[UO
   nodes by row."""
   slots: dict[Buffer, int] = {}
   rows, nodes, row = [], [], {}  # row: node -> its row number
-  stack = list(roots)
+  stack = [(r, False) for r in roots]  # (node, whether its sources have rows)
   while stack:
-    u = stack[-1]
-    if u in row: stack.pop(); continue
-    if (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
+    u, ready = stack.pop()
+    if u in row: continue
+    if ready: rows.append((u.op, u.dtype, _key(u.arg), *map(row.__getitem__, u.src)))
+    elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
       b = view.src[0].arg  # a view of a buffer: read from memory
       rows.append((Ops.BUFFER, view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg))
-    elif unseen := [s for s in u.src if s not in row]:
-      stack += unseen  # (then this node again)
+    else:
+      stack += [(u, True)] + [(s, False) for s in u.src]
       continue
-    else: rows.append((u.op, u.dtype, _key(u.arg), *[row[s] for s in u.src]))
-    stack.pop()
     row[u] = len(nodes)
     nodes.append(u)
   return (device, *rows, tuple(row[r] for r in roots)), list(slots), nodes
