@@ -2853,6 +2853,12 @@ def test_same_structure_reuses_its_plan_with_new_data(monkeypatch):
   assert len(planned) == before and len(tiny.program_cache) == lowered
   for g, w in zip(got, want): assert_close(g, w, rtol=1e-4)
 
+def test_realize_allocates_only_what_a_kernel_uses():  # a 4 TB empty tensor beside a small result: nothing to compute
+  huge, x = Tensor.empty(2**40), rand_list((5,), 6)
+  small = Tensor(x) * 2
+  Tensor.realize(huge, small)
+  assert huge.realize().shape == (2**40,) and small.tolist() == [2 * v for v in x]
+
 def test_a_plan_keeps_shared_buffers_apart_from_distinct_ones():
   x, y = rand_list((5, 3), 1), rand_list((5, 3), 2)
   a, b = Tensor(x), Tensor(y)

@@ -987,9 +987,11 @@ class Tensor:
       dtype = dtypes.promote(*[t.dtype for t in ts])
       ts = [t.cast(dtype) for t in ts]
     return [t if t.shape == shape else t._expand(shape) for t in ts]
-  def _like(self, uop:UOp) -> Tensor:  # a new tensor on this one's device (which __init__ has checked once)
+  def _like(self, uop:UOp) -> Tensor: return Tensor._of(uop, self.device)  # a new tensor on this one's device
+  @staticmethod
+  def _of(uop:UOp, device:str) -> Tensor:  # a tensor of a node, on a device __init__ has checked once
     t = Tensor.__new__(Tensor)
-    t.uop, t.device = uop, self.device
+    t.uop, t.device = uop, device
     return t
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
@@ -3075,12 +3077,11 @@ def launch(dev:Compiled, launches:list[Launch], bufs:list[Buffer], wait:bool=Fal
   """Runs a run's kernels in order on its buffers; with wait (or DEBUG>=2) each is timed on the device, and the total
   is returned. A program is looked up as it launches: the device's cache decides how long one stays loaded."""
   debug, captured, total = getenv("DEBUG"), getattr(capturing, "launches", None), 0.0
-  mem = [b.buf for b in bufs]
   for i, l in enumerate(launches):
     if debug >= 4: print(l.prog.src)
     fn = dev.loaded(l.prog) or dev.program(l.prog)
-    tm = fn(*[mem[s] for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
-            wait=wait or debug >= 2)
+    tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
+            wait=wait or debug >= 2)  # (a buffer is allocated when a kernel first uses it)
     if captured is not None: captured.append((fn, l, bufs))
     if debug >= 2:
       flops, moved = l.prog.info
@@ -3140,20 +3141,20 @@ class TinyJit:
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
     functools.update_wrapper(self, fn)
   def __call__(self, *args, **kwargs):
-    key, bufs = [tuple(kwargs)], []
+    key, given = [tuple(kwargs)], []  # given: the tensors' buffers, each once
     for x in (*args, *kwargs.values()):  # a tensor by its shape, dtype, device and which buffer; any other value as is
       if isinstance(x, Tensor):
-        bufs.append(b := x.buffer())  # a whole buffer: what a replay binds
-        key.append((Tensor, x.shape, x.dtype, x.device, bufs.index(b)))  # (the first argument sharing its buffer)
+        if (b := x.buffer()) not in given: given.append(b)  # a whole buffer: what a replay binds
+        key.append((Tensor, x.uop.shape, x.uop.dtype, x.device, given.index(b)))
       else: key.append(x)
     key = tuple(key)
-    if (replay := self.replays.get(key)) is not None: return replay(bufs)
+    if (replay := self.replays.get(key)) is not None: return replay(given)
     self.calls[key] += 1
     if self.calls[key] == 1: return self.run(args, kwargs)
     capturing.launches = launches = []
     try: out = self.run(args, kwargs)
     finally: del capturing.launches
-    self.replays[key] = Replay.of(launches, bufs, out, self.returned)
+    self.replays[key] = Replay.of(launches, given, out, self.returned)
     return out
   def run(self, args, kwargs):
     out = self.fn(*args, **kwargs)
@@ -3172,10 +3173,10 @@ class Replay:
   outputs: list
   container: type|None  # tuple or list, when the function returned one
   @staticmethod
-  def of(captured:list[tuple[Callable, Launch, list[Buffer]]], inputs:list[Buffer], out, returned:weakref.WeakSet):
-    """The replay of kernels captured as they launched (each with the buffers of its run)."""
+  def of(captured:list[tuple[Callable, Launch, list[Buffer]]], given:list[Buffer], out, returned:weakref.WeakSet):
+    """The replay of kernels captured as they launched (each with the buffers of its run), given these buffers."""
     launches = [(fn, l, [bufs[s] for s in l.slots]) for fn, l, bufs in captured]
-    given, made, held = list(dict.fromkeys(inputs)), [], []
+    made, held = [], []
     for _, l, bufs in launches:
       for i, b in enumerate(bufs):
         if b in given or b in made or b in held: continue
@@ -3190,12 +3191,12 @@ class Replay:
                   [(fn, [slots[b] for b in bufs], l.prog.global_size, l.prog.local_size) for fn, l, bufs in launches],
                   [Output(slots[t.uop.src[0].arg], t.uop) if isinstance(t, Tensor) else t for t in outs],
                   type(out) if isinstance(out, (tuple, list)) else None)
-  def __call__(self, inputs:list[Buffer]):
-    bufs = list(dict.fromkeys(inputs)) + [Buffer(*m) for m in self.made] + self.held
+  def __call__(self, given:list[Buffer]):
+    bufs = given + [Buffer(*m) for m in self.made] + self.held
     mem = [b.buf for b in bufs]
     for fn, slots, global_size, local_size in self.launches:
       fn(*[mem[i] for i in slots], global_size=global_size, local_size=local_size)
-    outs = [Tensor(o.view.rebind(bufs[o.slot]), device=bufs[o.slot].device) if isinstance(o, Output) else o
+    outs = [Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device) if isinstance(o, Output) else o
             for o in self.outputs]
     return outs[0] if self.container is None else self.container(outs)
 
