@@ -1215,6 +1215,11 @@ def random_program(seed: int, limit: int) -> RandomProgram:
 
 RANDOM_RUNS = [("CPU", seed, 3000) for seed in range(40)] + [("PYTHON", seed, 200) for seed in range(100, 115)]
 
+def check_program(program: RandomProgram, t: Tensor):
+  assert t.dtype == program.dtype
+  if program.dtype == dtypes.float32: assert_close(t.tolist(), program.want, rtol=1e-4, atol=1e-4 * program.scale)
+  else: assert t.tolist() == program.want
+
 @pytest.mark.parametrize("device, seed, limit", RANDOM_RUNS, ids=[f"{d}-{s}" for d, s, _ in RANDOM_RUNS])
 def test_random_program_matches_reference(device, seed, limit, monkeypatch):
   monkeypatch.setenv("NOOPT", str(seed % 2))  # odd seeds lower without tiny's optimizations
@@ -1223,9 +1228,28 @@ def test_random_program_matches_reference(device, seed, limit, monkeypatch):
   def tensor(arg): return Tensor(arg.values(), arg.dtype, device) if isinstance(arg, Input) else arg
   t = tensor(program.start)
   for name, args in program.steps: t = RANDOM_OPS[name].tiny(t, *map(tensor, args))
-  assert t.dtype == program.dtype
-  if program.dtype == dtypes.float32: assert_close(t.tolist(), program.want, rtol=1e-4, atol=1e-4 * program.scale)
-  else: assert t.tolist() == program.want
+  check_program(program, t)
+
+PIECES_RUNS = [("CPU", seed, 3000) for seed in range(200, 212)] + [("PYTHON", seed, 150) for seed in range(300, 304)]
+
+@pytest.mark.parametrize("device, seed, limit", PIECES_RUNS, ids=[f"{d}-{s}" for d, s, _ in PIECES_RUNS])
+def test_random_program_realized_in_pieces_then_replayed(device, seed, limit, monkeypatch):
+  """A random program with some of its steps realized on the way, alone or several together, run twice (the second
+  time on plans made the first), then as a TinyJit function on new inputs: each result is the reference's."""
+  monkeypatch.setenv("NOOPT", str(seed % 2))
+  program, rng = random_program(seed, limit), random.Random(seed)
+  print(f"seed {seed} on {device}, at most {limit} elements:\n{program}")
+  def tensor(arg): return Tensor(arg.values(), arg.dtype, device) if isinstance(arg, Input) else arg
+  def steps(t, realize:bool):
+    kept = []
+    for name, args in program.steps:
+      t = RANDOM_OPS[name].tiny(t, *map(tensor, args))
+      if realize and (draw := rng.random()) < 0.25: t.realize()
+      elif realize and draw < 0.5: kept.append(t)
+    return Tensor.realize(t, *kept)
+  for _ in range(2): check_program(program, steps(tensor(program.start), realize=True))
+  jit = tiny.TinyJit(lambda x: steps(x, realize=False))
+  for _ in range(3): check_program(program, jit(tensor(program.start).realize()))
 
 # ------------------------------------------------------------------------------------------------------------------
 # errors: raised by the op that is wrong, before anything is realized
