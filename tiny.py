@@ -12,12 +12,12 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
-  return setting(key, os.fsdecode(value), least) if (value := environ(key.encode())) else default
+  return setting(key, os.fsdecode(value), least) if (value := c_getenv(key.encode())) else default
 # Settings are looked up in the C library's environment, which os.environ writes through to (putenv, unsetenv): an unset
 # variable is one C call there, where os.environ raises and catches two KeyErrors (0.2 vs 0.8 us), and a realize()
 # reads three. (A PyDLL call holds the GIL, so no Python thread changes the environment under it.)
-environ = ctypes.PyDLL(None).getenv
-environ.argtypes, environ.restype = [ctypes.c_char_p], ctypes.c_char_p
+c_getenv = ctypes.PyDLL(None).getenv
+c_getenv.argtypes, c_getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
 @functools.lru_cache(maxsize=256)  # each read is parsed once
 def setting(key:str, value:str, least:int) -> int:
   try: n = int(value)
