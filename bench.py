@@ -255,8 +255,8 @@ def tiny_jit_python(fn, ins):
     replay, = jit.replays.values()
     assert len(replay.made) == 1 and not replay.held, "one kernel writing one output, as a*b+c"
     mem = [t.buffer().buf for t in ins] + [out.buffer().buf]  # the replay's slots: its inputs, then what it made
-    kernels = sum(fn(*[mem[i] for i in slots], global_size=g, local_size=l, wait=True)
-                  for fn, slots, g, l in replay.launches)
+    kernels = sum(fn(*[mem[i] for i in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
+                     wait=True) for fn, l in replay.launches)
     return wall - kernels, out
   return run
 

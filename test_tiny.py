@@ -2949,6 +2949,20 @@ def test_jit_several_kernels_and_outputs(device):
     assert_close(s.tolist(), ref_softmax(x, 1), rtol=1e-5)
     assert_close(t.tolist(), ref_reduce(math.fsum, ref_ew(operator.mul, x, y), 0), rtol=1e-5)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("inner_first", [0, 2])  # the inner jit's calls before the outer's: it captures or replays inside
+def test_a_jit_called_inside_another_is_captured_with_it(device, inner_first):
+  inner = tiny.TinyJit(lambda x: x * 2 + 1)
+  outer = tiny.TinyJit(lambda x, y: (inner(x) * y).sum(0))
+  for seed in range(inner_first): inner(Tensor(rand_list((3, 5), seed), device=device))
+  for seed in range(5):
+    x, y = rand_list((3, 5), seed + 10), rand_list((3, 5), seed + 20)
+    a, b = Tensor(x, device=device), Tensor(y, device=device)
+    if seed < 2: got = outer(a, b)
+    else:
+      with no_scheduling(): got = outer(a, b)
+    assert_close(got.tolist(), ref_reduce(math.fsum, ref_ew(lambda p, q: (2 * p + 1) * q, x, y), 0), rtol=1e-5)
+
 def test_jit_recaptures_for_a_new_shape_or_dtype():
   jit = tiny.TinyJit(lambda a: a * 2 + 1)
   for shape, dtype in [((7,), dtypes.float), ((9, 2), dtypes.float), ((7,), dtypes.int32), ((7,), dtypes.float)] * 3:

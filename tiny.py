@@ -3081,7 +3081,7 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
 def launch(dev:Compiled, launches:list[Launch], bufs:list[Buffer], wait:bool=False) -> float:
   """Runs a run's kernels in order on its buffers; with wait (or DEBUG>=2) each is timed on the device, and the total
   is returned. A program is looked up as it launches: the device's cache decides how long one stays loaded."""
-  debug, captured, total = getenv("DEBUG"), getattr(capturing, "launches", None), 0.0
+  debug, captured, total = getenv("DEBUG"), capturing.launches, 0.0
   for i, l in enumerate(launches):
     if debug >= 4: print(l.prog.src)
     fn = dev.loaded(l.prog) or dev.program(l.prog)
@@ -3132,7 +3132,9 @@ def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
 
-capturing = threading.local()  # .launches: while a TinyJit captures on this thread, what launch() runs
+class Capturing(threading.local):
+  launches: list|None = None  # while a TinyJit captures on this thread: what launch() and replays run, and on what
+capturing = Capturing()
 
 class TinyJit:
   """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
@@ -3140,7 +3142,8 @@ class TinyJit:
   usual, the second runs it and captures the kernels it launches, and later calls replay those kernels on the new
   inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without being given them (weights)
   are read where they were at capture. Each call's outputs are new buffers, so a result keeps its values after later
-  calls. Python control flow that depends on tensor values is captured as it went on the second call."""
+  calls. Python control flow that depends on tensor values is captured as it went on the second call. A TinyJit called
+  by another's function, capturing or replaying, is captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.calls, self.replays = fn, defaultdict(int), {}
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
@@ -3156,9 +3159,10 @@ class TinyJit:
     if (replay := self.replays.get(key)) is not None: return replay(given)
     self.calls[key] += 1
     if self.calls[key] == 1: return self.run(args, kwargs)
-    capturing.launches = launches = []
+    outer, capturing.launches = capturing.launches, []  # (a TinyJit capturing around this one takes these too)
     try: out = self.run(args, kwargs)
-    finally: del capturing.launches
+    finally: launches, capturing.launches = capturing.launches, outer
+    if outer is not None: outer += launches
     self.replays[key] = Replay.of(launches, given, out, self.returned)
     return out
   def run(self, args, kwargs):
@@ -3174,7 +3178,7 @@ class Replay:
   they were at capture (weights). What the function returned: a Tensor as (slot, its view), any other value as is."""
   made: list[tuple[str, int, DType]]
   held: list[Buffer]
-  launches: list[tuple[Callable, list[int], tuple, tuple]]
+  launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: list
   container: type|None  # tuple or list, when the function returned one
   @staticmethod
@@ -3193,14 +3197,15 @@ class Replay:
     held += [t.uop.src[0].arg for t in outs if isinstance(t, Tensor) and t.uop.src[0].arg not in given + made + held]
     slots = {b: i for i, b in enumerate(given + made + held)}
     return Replay([(b.device, b.size, b.dtype) for b in made], held,
-                  [(fn, [slots[b] for b in bufs], l.prog.global_size, l.prog.local_size) for fn, l, bufs in launches],
+                  [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches],
                   [Output(slots[t.uop.src[0].arg], t.uop) if isinstance(t, Tensor) else t for t in outs],
                   type(out) if isinstance(out, (tuple, list)) else None)
   def __call__(self, given:list[Buffer]):
     bufs = given + [Buffer(*m) for m in self.made] + self.held
     mem = [b.buf for b in bufs]
-    for fn, slots, global_size, local_size in self.launches:
-      fn(*[mem[i] for i in slots], global_size=global_size, local_size=local_size)
+    for fn, l in self.launches:
+      fn(*[mem[i] for i in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size)
+    if capturing.launches is not None: capturing.launches += [(fn, l, bufs) for fn, l in self.launches]  # (a jit's)
     outs = [Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device) if isinstance(o, Output) else o
             for o in self.outputs]
     return outs[0] if self.container is None else self.container(outs)
