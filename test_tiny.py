@@ -2963,6 +2963,30 @@ def test_a_jit_called_inside_another_is_captured_with_it(device, inner_first):
       with no_scheduling(): got = outer(a, b)
     assert_close(got.tolist(), ref_reduce(math.fsum, ref_ew(lambda p, q: (2 * p + 1) * q, x, y), 0), rtol=1e-5)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_jit_draws_rand_anew_each_call_as_the_function_would(device):  # inside another jit, too
+  def noisy(x): return x * Tensor.rand(3, 5, device=device) + Tensor.rand(5, device=device)
+  inner = tiny.TinyJit(noisy)
+  outer = tiny.TinyJit(lambda x: inner(x) - Tensor.rand(3, 1, device=device))
+  x = Tensor(rand_list((3, 5), 30), device=device)
+  for fn, jit in ((noisy, tiny.TinyJit(noisy)), (lambda x: noisy(x) - Tensor.rand(3, 1, device=device), outer)):
+    Tensor.manual_seed(11)
+    want = [fn(x).tolist() for _ in range(5)]
+    Tensor.manual_seed(11)
+    assert [jit(x).tolist() for _ in range(5)] == want and want[3] != want[4]
+
+def test_jit_reads_data_it_makes_as_captured_and_refuses_data_that_changes():
+  x = rand_list((4,), 31)
+  scale = tiny.TinyJit(lambda a: a * Tensor([1.0, -2.0, 3.0, 0.5]))  # the same data each call: read as captured
+  for _ in range(4): assert scale(Tensor(x)).tolist() == [f32(v * k) for v, k in zip(x, (1.0, -2.0, 3.0, 0.5))]
+  calls = []
+  def count(a):
+    calls.append(1)
+    return a + Tensor([float(len(calls))] * 4)  # data from Python state: a replay would repeat the second call's
+  counting = tiny.TinyJit(count)
+  counting(Tensor(x))
+  with pytest.raises(RuntimeError, match="changed between its first two calls"): counting(Tensor(x))
+
 def test_jit_recaptures_for_a_new_shape_or_dtype():
   jit = tiny.TinyJit(lambda a: a * 2 + 1)
   for shape, dtype in [((7,), dtypes.float), ((9, 2), dtypes.float), ((7,), dtypes.int32), ((7,), dtypes.float)] * 3:

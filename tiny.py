@@ -895,6 +895,7 @@ class Tensor:
       dtype = fmt
     self.uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
     self.uop.src[0].arg.copyin(memoryview(raw))
+    if capturing.now is not None: capturing.now.data.append(hash(raw))  # (a TinyJit's call: see Capture)
 
   # --- properties
   @property
@@ -957,11 +958,18 @@ class Tensor:
     n = prod(check_shape(shape))
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
     x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32)
-    # the counter is data, not a constant in the source, so every rand call runs the same compiled kernel
-    x = x + Tensor([(start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32], dtypes.uint32, device)
+    x = x + Tensor._place(start, device)
     for mul in (0x7FEB352D, 0x846CA68B):  # the lowbias32 integer hash: xor-shift, multiply, twice
       x = (x ^ (x >> 16)) * mul
     return (x ^ (x >> 16)).reshape(shape)
+  @staticmethod
+  def _place(start:int, device=None) -> Tensor:
+    """Where a rand call starts in the seeded stream, as data, not a constant in the source, so that every rand call
+    runs the same compiled kernel. A TinyJit capturing notes it, and each replay writes its own call's place."""
+    t = Tensor.empty(1, dtype=dtypes.uint32, device=device)
+    (buf := t.buffer()).copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
+    if capturing.now is not None: capturing.now.data.append(Place(start, buf))
+    return t
   @staticmethod
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
@@ -3081,13 +3089,13 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
 def launch(dev:Compiled, launches:list[Launch], bufs:list[Buffer], wait:bool=False) -> float:
   """Runs a run's kernels in order on its buffers; with wait (or DEBUG>=2) each is timed on the device, and the total
   is returned. A program is looked up as it launches: the device's cache decides how long one stays loaded."""
-  debug, captured, total = getenv("DEBUG"), capturing.launches, 0.0
+  debug, capture, total = getenv("DEBUG"), capturing.now, 0.0
   for i, l in enumerate(launches):
     if debug >= 4: print(l.prog.src)
     fn = dev.loaded(l.prog) or dev.program(l.prog)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
             wait=wait or debug >= 2)  # (a buffer is allocated when a kernel first uses it)
-    if captured is not None: captured.append((fn, l, bufs))
+    if capture is not None: capture.launches.append((fn, l, bufs))
     if debug >= 2:
       flops, moved = l.prog.info
       print(f"*** {dev.name:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} tm {tm*1e6:9.2f}us "
@@ -3132,8 +3140,22 @@ def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
 
+class Place(NamedTuple):  # where a rand call started in its stream (Tensor._place)
+  start: int
+  buffer: Buffer
+
+@dataclass
+class Capture:
+  """One call of a TinyJit's function as it ran: each kernel it launched (its function, launch, and its run's
+  buffers), and what it made of Python data: a tensor's, by its hash, and rand's places in the stream."""
+  start: int  # rand's counter when the call began
+  launches: list[tuple[Callable, Launch, list[Buffer]]] = field(default_factory=list)
+  data: list[int|Place] = field(default_factory=list)
+  def made(self) -> list:  # the data, the same for calls that made the same (rand's places from where each began)
+    return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
+
 class Capturing(threading.local):
-  launches: list|None = None  # while a TinyJit captures on this thread: what launch() and replays run, and on what
+  now: Capture|None = None  # the TinyJit call running on this thread, if any
 capturing = Capturing()
 
 class TinyJit:
@@ -3142,10 +3164,12 @@ class TinyJit:
   usual, the second runs it and captures the kernels it launches, and later calls replay those kernels on the new
   inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without being given them (weights)
   are read where they were at capture. Each call's outputs are new buffers, so a result keeps its values after later
-  calls. Python control flow that depends on tensor values is captured as it went on the second call. A TinyJit called
-  by another's function, capturing or replaying, is captured with it."""
+  calls. Python control flow that depends on tensor values is captured as it went on the second call, and so is
+  data the function makes of Python values: a replay reads it as it was then, so data that changed between the first
+  two calls raises, except rand's, which each replay draws anew, as the call would have. A TinyJit called by
+  another's function, capturing or replaying, is captured with it."""
   def __init__(self, fn:Callable):
-    self.fn, self.calls, self.replays = fn, defaultdict(int), {}
+    self.fn, self.first, self.replays = fn, {}, {}  # first: what each signature's first call made of Python data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
     functools.update_wrapper(self, fn)
   def __call__(self, *args, **kwargs):
@@ -3157,13 +3181,15 @@ class TinyJit:
       else: key.append(x)
     key = tuple(key)
     if (replay := self.replays.get(key)) is not None: return replay(given)
-    self.calls[key] += 1
-    if self.calls[key] == 1: return self.run(args, kwargs)
-    outer, capturing.launches = capturing.launches, []  # (a TinyJit capturing around this one takes these too)
+    outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try: out = self.run(args, kwargs)
-    finally: launches, capturing.launches = capturing.launches, outer
-    if outer is not None: outer += launches
-    self.replays[key] = Replay.of(launches, given, out, self.returned)
+    finally: call, capturing.now = capturing.now, outer
+    if outer is not None: outer.launches += call.launches; outer.data += call.data  # a jit around this one's
+    if key not in self.first: self.first[key] = call.made()
+    elif call.made() != self.first[key]:
+      raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
+                         "replay would read what the second made. Make it outside the function and pass it in.")
+    else: self.replays[key] = Replay.of(call, given, out, self.returned)
     return out
   def run(self, args, kwargs):
     out = self.fn(*args, **kwargs)
@@ -3175,16 +3201,19 @@ class TinyJit:
 @dataclass
 class Replay:
   """Captured launches over slots: the call's input buffers, then buffers each replay makes anew, then buffers held as
-  they were at capture (weights). What the function returned: a Tensor as (slot, its view), any other value as is."""
+  they were at capture (weights), of which rand's places are written anew, so that each replay draws what its call
+  would have. What the function returned: a Tensor as (slot, its view), any other value as is."""
   made: list[tuple[str, int, DType]]
   held: list[Buffer]
+  places: list[tuple[int, int]]  # (slot, place in rand's stream counted from where the call began)
+  draws: int  # how far the call moved rand's stream
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: list
   container: type|None  # tuple or list, when the function returned one
   @staticmethod
-  def of(captured:list[tuple[Callable, Launch, list[Buffer]]], given:list[Buffer], out, returned:weakref.WeakSet):
-    """The replay of kernels captured as they launched (each with the buffers of its run), given these buffers."""
-    launches = [(fn, l, [bufs[s] for s in l.slots]) for fn, l, bufs in captured]
+  def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
+    """The replay of a captured call, given these buffers."""
+    launches = [(fn, l, [bufs[s] for s in l.slots]) for fn, l, bufs in call.launches]
     made, held = [], []
     for _, l, bufs in launches:
       for i, b in enumerate(bufs):
@@ -3196,16 +3225,20 @@ class Replay:
     outs = out if isinstance(out, (tuple, list)) else [out]
     held += [t.uop.src[0].arg for t in outs if isinstance(t, Tensor) and t.uop.src[0].arg not in given + made + held]
     slots = {b: i for i, b in enumerate(given + made + held)}
-    return Replay([(b.device, b.size, b.dtype) for b in made], held,
+    places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
+    return Replay([(b.device, b.size, b.dtype) for b in made], held, places, Tensor._counter - call.start,
                   [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches],
                   [Output(slots[t.uop.src[0].arg], t.uop) if isinstance(t, Tensor) else t for t in outs],
                   type(out) if isinstance(out, (tuple, list)) else None)
   def __call__(self, given:list[Buffer]):
     bufs = given + [Buffer(*m) for m in self.made] + self.held
+    if self.draws:
+      start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
+      for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
     mem = [b.buf for b in bufs]
     for fn, l in self.launches:
       fn(*[mem[i] for i in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size)
-    if capturing.launches is not None: capturing.launches += [(fn, l, bufs) for fn, l in self.launches]  # (a jit's)
+    if capturing.now is not None: capturing.now.launches += [(fn, l, bufs) for fn, l in self.launches]  # (a jit's)
     outs = [Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device) if isinstance(o, Output) else o
             for o in self.outputs]
     return outs[0] if self.container is None else self.container(outs)
