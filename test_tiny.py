@@ -2987,6 +2987,17 @@ def test_jit_reads_data_it_makes_as_captured_and_refuses_data_that_changes():
   counting(Tensor(x))
   with pytest.raises(RuntimeError, match="changed between its first two calls"): counting(Tensor(x))
 
+def test_jit_takes_tensors_in_lists_and_tuples_and_refuses_an_unhashable_argument():
+  jit = tiny.TinyJit(lambda pair, scales: pair[0] * scales[0] + pair[1][1])
+  for seed in range(4):
+    x, y = rand_list((2, 7), seed), rand_list((7,), seed + 40)
+    pair = [Tensor(x), (Tensor(rand_list((3,), seed + 80)), Tensor(y))]
+    if seed < 2: got = jit(pair, (2.5,))
+    else:
+      with no_scheduling(): got = jit(pair, (2.5,))
+    assert_close(got.tolist(), [[p * 2.5 + q for p, q in zip(row, y)] for row in x])
+  with pytest.raises(TypeError, match="dict"): jit([Tensor(x), Tensor(y)], {"scale": 2.5})
+
 def test_jit_recaptures_for_a_new_shape_or_dtype():
   jit = tiny.TinyJit(lambda a: a * 2 + 1)
   for shape, dtype in [((7,), dtypes.float), ((9, 2), dtypes.float), ((7,), dtypes.int32), ((7,), dtypes.float)] * 3:

@@ -3158,29 +3158,37 @@ class Capturing(threading.local):
   now: Capture|None = None  # the TinyJit call running on this thread, if any
 capturing = Capturing()
 
+def signature(x, given:list[Buffer]):
+  """A TinyJit argument as the key of its replay sees it: a tensor by its shape, dtype, device and which of the given
+  buffers it is (its whole buffer, what a replay binds, added to them), a list or tuple by its items, any other value
+  as it is."""
+  if isinstance(x, Tensor):
+    if (b := x.buffer()) not in given: given.append(b)
+    return (Tensor, x.uop.shape, x.uop.dtype, x.device, given.index(b))
+  return (type(x), *[signature(item, given) for item in x]) if isinstance(x, (list, tuple)) else x
+
 class TinyJit:
   """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
-  dtype and device, which tensors share a buffer, every other argument's value), the first call runs the function as
-  usual, the second runs it and captures the kernels it launches, and later calls replay those kernels on the new
-  inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without being given them (weights)
-  are read where they were at capture. Each call's outputs are new buffers, so a result keeps its values after later
-  calls. Python control flow that depends on tensor values is captured as it went on the second call, and so is
-  data the function makes of Python values: a replay reads it as it was then, so data that changed between the first
-  two calls raises, except rand's, which each replay draws anew, as the call would have. A TinyJit called by
-  another's function, capturing or replaying, is captured with it."""
+  dtype and device, in a list or tuple too, which tensors share a buffer, every other argument's value), the first
+  call runs the function as usual, the second runs it and captures the kernels it launches, and later calls replay
+  those kernels on the new inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without
+  being given them (weights) are read where they were at capture. Each call's outputs are new buffers, so a result
+  keeps its values after later calls. Python control flow that depends on tensor values is captured as it went on the
+  second call, and so is data the function makes of Python values: a replay reads it as it was then, so data that
+  changed between the first two calls raises, except rand's, which each replay draws anew, as the call would have. A
+  TinyJit called by another's function, capturing or replaying, is captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.first, self.replays = fn, {}, {}  # first: what each signature's first call made of Python data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
     functools.update_wrapper(self, fn)
   def __call__(self, *args, **kwargs):
-    key, given = [tuple(kwargs)], []  # given: the tensors' buffers, each once
-    for x in (*args, *kwargs.values()):  # a tensor by its shape, dtype, device and which buffer; any other value as is
-      if isinstance(x, Tensor):
-        if (b := x.buffer()) not in given: given.append(b)  # a whole buffer: what a replay binds
-        key.append((Tensor, x.uop.shape, x.uop.dtype, x.device, given.index(b)))
-      else: key.append(x)
-    key = tuple(key)
-    if (replay := self.replays.get(key)) is not None: return replay(given)
+    given: list[Buffer] = []  # the tensors' buffers, each once
+    key = (tuple(kwargs), *[signature(x, given) for x in (*args, *kwargs.values())])
+    try: replay = self.replays.get(key)
+    except TypeError:  # (a dict, say)
+      raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list or tuple, or "
+                      f"hashable; got {', '.join(type(x).__name__ for x in (*args, *kwargs.values()))}") from None
+    if replay is not None: return replay(given)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try: out = self.run(args, kwargs)
     finally: call, capturing.now = capturing.now, outer
