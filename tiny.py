@@ -25,6 +25,16 @@ def setting(key:str, value:str, least:int) -> int:
   if n < least: raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
   return n
 
+class cached:
+  """functools.cached_property without the lock Python 3.11 takes on each first read (3.12 dropped it): the value is
+  computed on the first read and kept in the object's __dict__, where later reads find it first. Two threads reading
+  it at once may both compute it, which is harmless for a pure function of an immutable object."""
+  def __init__(self, fn:Callable): self.fn, self.name = fn, fn.__name__
+  def __get__(self, obj, cls=None):
+    if obj is None: return self
+    obj.__dict__[self.name] = value = self.fn(obj)
+    return value
+
 @functools.cache
 def threads() -> int: return getenv("THREADS", os.cpu_count() or 1, least=1)  # CPU threads a big kernel splits across
 prod = math.prod
@@ -60,13 +70,13 @@ class dtypes:
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
   index = DType(5, 8, "index", "q")
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "c": uint8}
+  # a dtype's kind is in its struct letter, which its vectors share (index is "q")
   @staticmethod
-  def is_float(d:DType) -> bool: return d.scalar in (dtypes.float16, dtypes.float32)
+  def is_float(d:DType) -> bool: return d.fmt in "ef"
   @staticmethod
-  def is_int(d:DType) -> bool:
-    return d.scalar in (dtypes.int8, dtypes.uint8, dtypes.uint32, dtypes.int32, dtypes.int64, dtypes.index)
+  def is_int(d:DType) -> bool: return d.fmt in "bBIiq"
   @staticmethod
-  def is_unsigned(d:DType) -> bool: return d.scalar in (dtypes.uint8, dtypes.uint32)
+  def is_unsigned(d:DType) -> bool: return d.fmt in "BI"
   @staticmethod
   def of(x) -> DType:
     if isinstance(x, DType): return x
@@ -76,7 +86,7 @@ class dtypes:
   def limits(d:DType) -> tuple:
     """The smallest and largest value of d: an int's range, False and True, -inf and inf (as tinygrad's min and max)."""
     if dtypes.is_float(d): return (-math.inf, math.inf)
-    if d.scalar == dtypes.bool: return (False, True)
+    if d.fmt == "?": return (False, True)
     bits = 8 * d.itemsize
     return (0, 2**bits - 1) if dtypes.is_unsigned(d) else (-2**(bits-1), 2**(bits-1) - 1)
   @staticmethod
@@ -88,13 +98,14 @@ class dtypes:
   @staticmethod
   def promote(*ds:DType) -> DType:
     """The dtype operands meet in: the highest, but a signed int with an unsigned one needs a wider signed int."""
+    if ds.count(ds[0]) == len(ds): return ds[0]  # (the common case: they are one)
     top = max(ds, key=lambda d: d.priority)
     unsigned = [d for d in ds if dtypes.is_unsigned(d)]
     signed = any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds)
     if dtypes.is_float(top) or not unsigned or not signed: return top
     return max(top, dtypes.int64 if dtypes.uint32 in unsigned else dtypes.int32, key=lambda d: d.priority)
   @staticmethod
-  def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.scalar == dtypes.bool else int
+  def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.fmt == "?" else int
 
 def truncate(d:DType, x):
   """A Python number as the machine would hold it in dtype d (ints wrap, floats round to their width)."""
@@ -262,7 +273,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
 
   @property
   def toposort(self) -> list[UOp]: return self._sources + [self]
-  @functools.cached_property
+  @cached
   def _sources(self) -> list[UOp]:
     """Every node this one depends on, sources first (itself left out: a node that held itself would never be freed).
     Iterative: long elementwise chains would overflow recursion."""
@@ -275,7 +286,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
         stack.append((u, True))
         stack.extend((s, False) for s in reversed(u.src) if s not in seen)
     return order
-  @functools.cached_property
+  @cached
   def shape(self) -> tuple[int, ...]:
     """The shape of a tensor-level node; ALU sources already share one."""
     if self.op in (Ops.BUFFER, Ops.PARAM): return (self.arg.size,)
@@ -284,7 +295,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.VIEW: return self.arg.shape
     if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
     return self.src[-1].shape
-  @functools.cached_property
+  @cached
   def key(self) -> tuple:
     """A structural key, the same in every process: orders the terms of a sum, and keys the program cache."""
     for u in self._sources:  # sources first, so a long chain doesn't recurse
@@ -322,7 +333,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return 1
 
   # value bounds of int expressions: what index simplification and gate removal reason with
-  @functools.cached_property
+  @cached
   def bounds(self) -> tuple:
     if self.op is Ops.CONST: return (self.arg, self.arg)
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
@@ -716,11 +727,11 @@ class View:
   offset: int = 0
   mask: tuple[tuple[int, int], ...]|None = None
   def __hash__(self): return self._hash  # a view is hashed each time a node holding it is built: once is enough
-  @functools.cached_property
+  @cached
   def _hash(self) -> int: return hash((self.shape, self.strides, self.offset, self.mask))
   @staticmethod
   def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
-  @functools.cached_property
+  @cached
   def is_contiguous(self) -> bool:
     return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
 
@@ -770,13 +781,16 @@ class View:
 class ShapeTracker:
   views: tuple[View, ...]
   def __hash__(self): return self._hash
-  @functools.cached_property
+  @cached
   def _hash(self) -> int: return hash(self.views)
+  # graphs are built again and again with the same shapes: each view is made once, and found after (then a node that
+  # holds it is found by identity)
   @staticmethod
-  def contiguous(shape) -> ShapeTracker: return ShapeTracker((View.contiguous(shape),))
+  @functools.lru_cache(maxsize=4096)
+  def contiguous(shape:tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(shape),))
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
-  @functools.cached_property
+  @cached
   def is_contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].is_contiguous
   def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
     """Address and validity of an element: evaluate the outer view, then unravel its address into each inner view."""
@@ -785,6 +799,7 @@ class ShapeTracker:
       addr, inner = view.index(unravel(addr, view.shape))
       valid = all_of(valid, inner)
     return addr, valid
+  @functools.lru_cache(maxsize=4096)
   def apply(self, fn:str, arg) -> ShapeTracker:
     """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
     if (view := getattr(self.views[-1], fn)(arg)) is not None: return ShapeTracker(self.views[:-1] + (view,))
@@ -988,7 +1003,8 @@ class Tensor:
     if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
     dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) \
       or (isinstance(v, int) and self.dtype != dtypes.bool) else _dtype_of_scalar(v)
-    return Tensor(v, dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype, self.device)
+    dtype = dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype
+    return self._like(UOp.const(dtype, _checked(dtype, v)))
   def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
     """Operands expanded to one shape and, with promote, cast to the dtype they meet in."""
     ts = [self, *map(self._const, others)]
@@ -1133,10 +1149,11 @@ class Tensor:
     return m - m.exp().sum(axis, keepdim=True).log()
 
   # --- movement: each one a view change, no data moves
-  def _view(self, fn:str, arg) -> Tensor:
+  def _view(self, *moves:tuple[str, Any]) -> Tensor:  # movement ops (View methods' names, their args) as one view
     u = self.uop
     base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
-    return self._like(UOp(Ops.VIEW, u.dtype, (base,), st.apply(fn, arg)))
+    for fn, arg in moves: st = st.apply(fn, arg)
+    return self._like(UOp(Ops.VIEW, u.dtype, (base,), st))
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -1147,19 +1164,20 @@ class Tensor:
       raise ShapeError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
     return self._reshape(tuple(shape))
   def _reshape(self, shape:tuple[int, ...]) -> Tensor:  # to a shape of as many elements
-    return self if shape == self.shape else self._view("reshape", shape)
+    return self if shape == self.shape else self._view(("reshape", shape))
   def permute(self, *order) -> Tensor:
     order = tuple(self._dim(d) for d in Tensor._unpack(order))
     if sorted(order) != list(range(self.ndim)): raise ShapeError(f"permute {order} is not an order of {self.ndim} dims")
-    return self._view("permute", order)
+    return self._view(("permute", order))
   def expand(self, *shape) -> Tensor:
     shape = Tensor._unpack(shape)
     shape = check_shape(tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
     if broadcast_shape(self.shape, shape) != shape: raise ShapeError(f"can't expand {self.shape} to {shape}")
     return self._expand(shape)
-  def _expand(self, shape:tuple[int, ...]) -> Tensor:  # to a shape it broadcasts to
-    x = self._reshape((1,) * (len(shape) - self.ndim) + self.shape)
-    return x if x.shape == shape else x._view("expand", shape)
+  def _expand(self, shape:tuple[int, ...]) -> Tensor:  # to a shape it broadcasts to: dims of 1 in front, then expanded
+    ones = (1,) * (len(shape) - self.ndim) + self.shape
+    moves = ([("reshape", ones)] if ones != self.shape else []) + ([("expand", shape)] if shape != ones else [])
+    return self._view(*moves) if moves else self
   def pad(self, padding, value=0.0, mode:str="constant") -> Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
     (before, after) pair or None per dim; a negative amount crops. Past the edges, "constant" holds value, "reflect"
@@ -1177,7 +1195,7 @@ class Tensor:
     grow = tuple((max(b, 0), max(a, 0)) for b, a in padding)  # pad, then crop where an amount is negative
     if mode in EDGE_PADS: x = self._pad_edges(grow, mode)
     else:
-      x = self._view("pad", grow)
+      x = self._view(("pad", grow))
       if value != 0: x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
     return x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, x.shape)))
   def _pad_edges(self, grow, mode:str) -> Tensor:
@@ -1196,10 +1214,10 @@ class Tensor:
     if any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
       raise ShapeError(f"shrink {arg} is out of bounds for shape {self.shape}")
     check_shape(tuple(e - b for b, e in arg))
-    return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view("shrink", arg)
+    return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view(("shrink", arg))
   def _along(self, d:int, lo:int, hi:int) -> Tensor:  # elements lo to hi-1 of dim d
     return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
-  def flip(self, axis) -> Tensor: return self._view("flip", self._axes(axis))
+  def flip(self, axis) -> Tensor: return self._view(("flip", self._axes(axis)))
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
     order[self._dim(dim0)], order[self._dim(dim1)] = order[self._dim(dim1)], order[self._dim(dim0)]
