@@ -3112,8 +3112,8 @@ def launch(dev:Compiled, launches:list[Launch], bufs:list[Buffer], wait:bool=Fal
     if debug >= 4: print(l.prog.src)
     fn = dev.loaded(l.prog) or dev.program(l.prog)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
-            wait=wait or debug >= 2)  # (a buffer is allocated when a kernel first uses it)
-    if capture is not None: capture.launches.append((fn, l, bufs))
+            wait=wait or debug >= 2 or capture is not None)  # (a buffer is allocated when a kernel first uses it)
+    if capture is not None: capture.launches.append((fn, l, bufs)); capture.seconds += tm
     if debug >= 2:
       flops, moved = l.prog.info
       print(f"*** {dev.name:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} tm {tm*1e6:9.2f}us "
@@ -3168,6 +3168,7 @@ class Capture:
   buffers), and what it made of Python data: a tensor's, by its hash, and rand's places in the stream."""
   start: int  # rand's counter when the call began
   launches: list[tuple[Callable, Launch, list[Buffer]]] = field(default_factory=list)
+  seconds: float = 0.0  # the time its kernels took on the device, each waited for
   data: list[int|Place] = field(default_factory=list)
   def made(self) -> list:  # the data, the same for calls that made the same (rand's places from where each began)
     return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
