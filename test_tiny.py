@@ -8,6 +8,7 @@ import array, concurrent.futures, contextlib, ctypes, ctypes.util, dataclasses, 
 import functools, random, re, shutil, struct, subprocess, sys, textwrap, threading, time
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
+from typing import NamedTuple
 import pytest
 import cuda_rt, metal_rt, tiny
 from tiny import Tensor, dtypes
@@ -2987,16 +2988,30 @@ def test_jit_reads_data_it_makes_as_captured_and_refuses_data_that_changes():
   counting(Tensor(x))
   with pytest.raises(RuntimeError, match="changed between its first two calls"): counting(Tensor(x))
 
-def test_jit_takes_tensors_in_lists_and_tuples_and_refuses_an_unhashable_argument():
-  jit = tiny.TinyJit(lambda pair, scales: pair[0] * scales[0] + pair[1][1])
+def test_jit_takes_tensors_in_lists_tuples_and_dicts_and_refuses_an_unhashable_argument():
+  jit = tiny.TinyJit(lambda pair, scales: pair[0] * scales["by"] + pair[1][1])
   for seed in range(4):
-    x, y = rand_list((2, 7), seed), rand_list((7,), seed + 40)
-    pair = [Tensor(x), (Tensor(rand_list((3,), seed + 80)), Tensor(y))]
-    if seed < 2: got = jit(pair, (2.5,))
+    x, y, k = rand_list((2, 7), seed), rand_list((7,), seed + 40), rand_list((1,), seed + 60)
+    pair, scales = [Tensor(x), (Tensor(rand_list((3,), seed + 80)), Tensor(y))], {"by": Tensor(k)}
+    if seed < 2: got = jit(pair, scales)
     else:
-      with no_scheduling(): got = jit(pair, (2.5,))
-    assert_close(got.tolist(), [[p * 2.5 + q for p, q in zip(row, y)] for row in x])
-  with pytest.raises(TypeError, match="dict"): jit([Tensor(x), Tensor(y)], {"scale": 2.5})
+      with no_scheduling(): got = jit(pair, scales)
+    assert_close(got.tolist(), [[p * k[0] + q for p, q in zip(row, y)] for row in x])
+  with pytest.raises(TypeError, match="set"): jit(pair, {"by": {2.5}})
+
+def test_jit_returns_tensors_in_lists_tuples_and_dicts_made_anew():
+  class Pair(NamedTuple):
+    doubled: Tensor
+    name: str
+  jit = tiny.TinyJit(lambda a: {"sum": a + 1, "more": [a * 3, (a, 5)], "pair": Pair(a * 2, "p")})
+  for seed in range(4):
+    x = rand_list((5,), seed)
+    if seed < 2: out = jit(Tensor(x))
+    else:
+      with no_scheduling(): out = jit(Tensor(x))
+    assert out["sum"].tolist() == [f32(v + 1) for v in x] and out["more"][0].tolist() == [f32(v * 3) for v in x]
+    assert out["more"][1][0].tolist() == x and out["more"][1][1] == 5 and isinstance(out["pair"], Pair)
+    assert out["pair"].doubled.tolist() == [2 * v for v in x] and out["pair"].name == "p"
 
 def test_jit_recaptures_for_a_new_shape_or_dtype():
   jit = tiny.TinyJit(lambda a: a * 2 + 1)

@@ -3179,23 +3179,34 @@ capturing = Capturing()
 
 def signature(x, given:list[Buffer]):
   """A TinyJit argument as the key of its replay sees it: a tensor by its shape, dtype, device and which of the given
-  buffers it is (its whole buffer, what a replay binds, added to them), a list or tuple by its items, any other value
-  as it is."""
+  buffers it is (its whole buffer, what a replay binds, added to them), a list, tuple or dict by its items, any other
+  value as it is."""
   if isinstance(x, Tensor):
     if (b := x.buffer()) not in given: given.append(b)
     return (Tensor, x.uop.shape, x.uop.dtype, x.device, given.index(b))
+  if isinstance(x, dict): return (dict, *[(k, signature(v, given)) for k, v in x.items()])
   return (type(x), *[signature(item, given) for item in x]) if isinstance(x, (list, tuple)) else x
+
+def mapped(x, fn:Callable, leaf:type=Tensor):
+  """x with each leaf in it (x itself, or in lists, tuples and dict values, nested) as fn makes it: a TinyJit
+  function's result, its tensors realized, captured and made anew."""
+  if isinstance(x, leaf): return fn(x)
+  if isinstance(x, dict): return {k: mapped(v, fn, leaf) for k, v in x.items()}
+  if not isinstance(x, (list, tuple)): return x
+  items = [mapped(v, fn, leaf) for v in x]
+  return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)  # (a NamedTuple takes its fields one by one)
 
 class TinyJit:
   """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
-  dtype and device, in a list or tuple too, which tensors share a buffer, every other argument's value), the first
+  dtype and device, in a list, tuple or dict too, which tensors share a buffer, every other argument's value), the first
   call runs the function as usual, the second runs it and captures the kernels it launches, and later calls replay
   those kernels on the new inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without
-  being given them (weights) are read where they were at capture. Each call's outputs are new buffers, so a result
-  keeps its values after later calls. Python control flow that depends on tensor values is captured as it went on the
-  second call, and so is data the function makes of Python values: a replay reads it as it was then, so data that
-  changed between the first two calls raises, except rand's, which each replay draws anew, as the call would have. A
-  TinyJit called by another's function, capturing or replaying, is captured with it."""
+  being given them (weights) are read where they were at capture. Each call's outputs (the tensors in what it returns,
+  however nested) are new buffers, so a result keeps its values after later calls. Python control flow that depends on
+  tensor values is captured as it went on the second call, and so is data the function makes of Python values: a
+  replay reads it as it was then, so data that changed between the first two calls raises, except rand's, which each
+  replay draws anew, as the call would have. A TinyJit called by another's function, capturing or replaying, is
+  captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.first, self.replays = fn, {}, {}  # first: what each signature's first call made of Python data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
@@ -3204,9 +3215,9 @@ class TinyJit:
     given: list[Buffer] = []  # the tensors' buffers, each once
     key = (tuple(kwargs), *[signature(x, given) for x in (*args, *kwargs.values())])
     try: replay = self.replays.get(key)
-    except TypeError:  # (a dict, say)
-      raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list or tuple, or "
-                      f"hashable; got {', '.join(type(x).__name__ for x in (*args, *kwargs.values()))}") from None
+    except TypeError as e:  # (a set, say)
+      raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list, tuple or dict, or "
+                      f"hashable ({e})") from None
     if replay is not None: return replay(given)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try: out = self.run(args, kwargs)
@@ -3219,8 +3230,8 @@ class TinyJit:
     else: self.replays[key] = Replay.of(call, given, out, self.returned)
     return out
   def run(self, args, kwargs):
-    out = self.fn(*args, **kwargs)
-    outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, Tensor)]
+    out, outs = self.fn(*args, **kwargs), []
+    mapped(out, outs.append)  # (collects them)
     if outs: Tensor.realize(*outs)
     self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
     return out
@@ -3229,14 +3240,13 @@ class TinyJit:
 class Replay:
   """Captured launches over slots: the call's input buffers, then buffers each replay makes anew, then buffers held as
   they were at capture (weights), of which rand's places are written anew, so that each replay draws what its call
-  would have. What the function returned: a Tensor as (slot, its view), any other value as is."""
+  would have. What the function returned, with each tensor in it as an Output: the slot of its buffer, and its view."""
   made: list[tuple[str, int, DType]]
   held: list[Buffer]
   places: list[tuple[int, int]]  # (slot, place in rand's stream counted from where the call began)
   draws: int  # how far the call moved rand's stream
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
-  outputs: list
-  container: type|None  # tuple or list, when the function returned one
+  outputs: Any
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
     """The replay of a captured call, given these buffers."""
@@ -3249,14 +3259,14 @@ class Replay:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
         (made if i < l.outputs else held).append(b)
-    outs = out if isinstance(out, (tuple, list)) else [out]
-    held += [t.uop.src[0].arg for t in outs if isinstance(t, Tensor) and t.uop.src[0].arg not in given + made + held]
+    outs: list[Tensor] = []
+    mapped(out, outs.append)  # (collects them)
+    held += [b for b in dict.fromkeys(t.uop.src[0].arg for t in outs) if b not in given + made + held]
     slots = {b: i for i, b in enumerate(given + made + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
     return Replay([(b.device, b.size, b.dtype) for b in made], held, places, Tensor._counter - call.start,
                   [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches],
-                  [Output(slots[t.uop.src[0].arg], t.uop) if isinstance(t, Tensor) else t for t in outs],
-                  type(out) if isinstance(out, (tuple, list)) else None)
+                  mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
   def __call__(self, given:list[Buffer]):
     bufs = given + [Buffer(*m) for m in self.made] + self.held
     if self.draws:
@@ -3266,9 +3276,7 @@ class Replay:
     for fn, l in self.launches:
       fn(*[mem[i] for i in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size)
     if capturing.now is not None: capturing.now.launches += [(fn, l, bufs) for fn, l in self.launches]  # (a jit's)
-    outs = [Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device) if isinstance(o, Output) else o
-            for o in self.outputs]
-    return outs[0] if self.container is None else self.container(outs)
+    return mapped(self.outputs, lambda o: Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device), Output)
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
   slot: int
