@@ -2,7 +2,7 @@
 dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
 linearize -> renderers -> devices."""
 from __future__ import annotations
-import os, sys, math, json, importlib, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
+import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
 import functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
 from collections import OrderedDict, defaultdict
 from _weakref import _remove_dead_weakref
@@ -507,8 +507,15 @@ symbolic = PatternMatcher([
     if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
   (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
     lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
-  # identities
-  (x + 0, lambda x: x),                                                 # x+0 -> x
+  # bools: + is or, * is and, - is the value itself (a bool holds n != 0). The bitwise ops are what every device's
+  # bool computes alike: a C _Bool, and a CPU vector's lanes, where true is the mask -1 (whose sum would be -2)
+  (UPat(Ops.ADD, dtypes.bool, src=(x, y)), lambda x, y: x | y),         # a+b -> a|b
+  (UPat(Ops.MUL, dtypes.bool, src=(x, y)), lambda x, y: x & y),         # a*b -> a&b
+  (UPat(Ops.NEG, dtypes.bool, src=(x,)), lambda x: x),                  # -a -> a
+  # identities, each exact for every value of its dtype: x+0.0 is 0.0 where x is -0.0, and x*0 is nan where x is
+  # nan or inf, so those two fold only for ints
+  (xi + 0, lambda x: x),                                                # x+0 -> x (ints)
+  (x + c0, lambda x, c0: x if c0.arg == 0 and math.copysign(1, c0.arg) < 0 else None),  # x+(-0.0) -> x
   (x * 1, lambda x: x),                                                 # x*1 -> x
   (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
   (x // 1, lambda x: x),                                                # x//1 -> x
@@ -518,8 +525,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
     lambda c: c),                                                       # c ? True : False -> c
   # canonical order: constants last, so the rules below see one shape
-  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),
-    lambda a, c0, x: None if is_const(x) else a.replace(src=(x, c0))),  # c+x -> x+c
+  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),                   # c+x -> x+c (max of -0.0 and 0.0 is the first)
+    lambda a, c0, x: None if is_const(x) or a.op is Ops.MAX and c0.arg == 0 else a.replace(src=(x, c0))),
   ((xi + c0) + c1, lambda x, c0, c1: x + (c0.arg + c1.arg)),            # (x+c0)+c1 -> x+(c0+c1)
   ((xi * c0) * c1, lambda x, c0, c1: x * (c0.arg * c1.arg)),            # (x*c0)*c1 -> x*(c0*c1)
   (UPat(Ops.ADD, src=[xi + c0, yi]), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
@@ -1110,7 +1117,8 @@ class Tensor:
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
   def abs(self) -> Tensor:
-    return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+    return self.maximum(-self) + 0  # (+0: max keeps the first of -0.0 and 0.0, and abs(-0.0) is 0.0)
   def square(self) -> Tensor: return self * self
 
   # --- reductions
@@ -1182,12 +1190,14 @@ class Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
     (before, after) pair or None per dim; a negative amount crops. Past the edges, "constant" holds value, "reflect"
     mirrors the values inside the edge, "replicate" repeats the edge and "circular" wraps around."""
-    if all(isinstance(p, int) for p in padding):  # flat, torch order: the last dim first
+    if not any(p is None or isinstance(p, (tuple, list)) for p in padding):  # flat, torch order: the last dim first
       if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
       pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
       padding = [(0, 0)] * (self.ndim - len(pairs)) + pairs
     padding = tuple((0, 0) if p is None else tuple(p) for p in padding)
     if len(padding) != self.ndim: raise ShapeError(f"padding {padding} doesn't match shape {self.shape}")
+    if not all(len(p) == 2 and all(isinstance(a, numbers.Integral) for a in p) for p in padding):
+      raise ShapeError(f"padding {padding}: each dim takes a (before, after) pair of ints")
     if mode != "constant":
       if mode not in EDGE_PADS: raise ValueError(f"pad mode {mode!r} is not one of constant, {', '.join(EDGE_PADS)}")
       if value != 0: raise ValueError(f"pad mode {mode!r} takes no value: only constant does")
@@ -1391,13 +1401,18 @@ class Plan:
     launch(Device[device], launches, bufs)
     return bufs
 
-plans: dict[tuple, Plan] = {}  # structure -> its plan
+class Bounded(dict):
+  """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
+  def __init__(self, most:int=4096): super().__init__(); self.most = most
+  def __setitem__(self, key, value):
+    if len(self) >= self.most and key not in self: self.pop(next(iter(self)), None)
+    super().__setitem__(key, value)
+
+plans: Bounded = Bounded()  # structure -> its plan
 
 def planned(key:tuple, nodes:list[UOp]) -> Plan:
   """The plan of this structure (these nodes have it), made once."""
-  if (found := plans.get(key)) is None:
-    if len(plans) >= 4096: plans.pop(next(iter(plans)), None)  # bounded: the plan made first goes first
-    found = plans[key] = plan(key, nodes)
+  if (found := plans.get(key)) is None: found = plans[key] = plan(key, nodes)
   return found
 
 def plan(key:tuple, nodes:list[UOp]) -> Plan:
@@ -1436,9 +1451,15 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
-def realized_view(u:UOp) -> UOp|None: return None if (ref := u.__dict__.get("realized")) is None else ref()
+# Inside a TinyJit's capture, only what the capture itself computed counts as computed: a value computed before, from
+# other inputs, is computed again, so that the replay computes it from its own.
+def realized_view(u:UOp) -> UOp|None:
+  if (ref := u.__dict__.get("realized")) is None or capturing.now is not None and u not in capturing.now.computed:
+    return None
+  return ref()
 def remember(u:UOp, view:UOp) -> UOp:
   u.__dict__["realized"] = weakref.ref(view)
+  if capturing.now is not None: capturing.now.computed.add(u)
   return view
 
 def _whole_buffer(u:UOp) -> bool:
@@ -2414,15 +2435,16 @@ _prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.DEFINE_LOCAL: "temp",
 _statements = {Ops.STORE, Ops.PREFETCH, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.DEFINE_LOCAL, Ops.BARRIER,
                Ops.SPECIAL}
 
+# Every value's text is a primary expression (a name, a literal, a call, or parenthesized), so any rule may put it
+# next to an operator: a negative constant is (-2), a cast ((int)x), and -a of it never renders as --2.
 def _fmt_const(ctx:Names, v, d:DType) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if dtypes.is_float(d):
-    if math.isnan(v): text = "NAN"
-    elif math.isinf(v): text = "INFINITY" if v > 0 else "(-INFINITY)"
-    else: text = f"{float(v)!r}f"
-    return text if d == dtypes.float else f"({ctx.types[d]}){text}"
-  if v == dtypes.limits(d)[0] and v < 0: return f"({_fmt_const(ctx, v + 1, d)}-1)"  # C has no negative literals
-  return f"{v}{ctx.suffixes.get(d, '')}"
+    text = "NAN" if math.isnan(v) else f"{float(v)!r}f".replace("inff", "INFINITY")  # (-inf: -INFINITY)
+    if d != dtypes.float: text = f"({ctx.types[d]}){text}"
+  elif v == dtypes.limits(d)[0] and v < 0: text = f"{v + 1}{ctx.suffixes.get(d, '')}-1"  # C has no INT_MIN literal
+  else: text = f"{v}{ctx.suffixes.get(d, '')}"
+  return f"({text})" if text[0] in "-(" else text
 
 def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k (b: a constant 2**k): only where no bit reaches the sign
   return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and b.arg > 0 and b.arg & (b.arg - 1) == 0 \
@@ -2478,7 +2500,7 @@ def _shift(ctx:Names, u:UOp) -> str:
 
 def _cast(ctx:Names, u:UOp) -> str:
   x = f"(float){ctx[u.src[0]]}" if u.src[0].dtype == dtypes.half else ctx[u.src[0]]
-  if not _guarded(u): return f"({ctx.types[u.dtype]})({x})"
+  if not _guarded(u): return f"(({ctx.types[u.dtype]})({x}))"
   lo, hi = dtypes.limits(u.dtype)  # float -> int saturates at the type's limits, and nan is 0
   def edge(v:int) -> str: return _fmt_const(ctx, float(v), dtypes.float)  # powers of two: exact in float
   return (f"({x}!={x}?0:{x}<={edge(lo)}?{_fmt_const(ctx, lo, u.dtype)}:{x}>={edge(hi + 1)}?"
@@ -2631,8 +2653,19 @@ METAL = Renderer(
 class CompileError(RuntimeError): pass  # every device's: a runtime's own CompileError is raised again as this one
 
 def runtime(module:str):
-  """A GPU runtime, from beside tiny: in tiny's own package, or top-level when tiny is. It imports nothing from tiny."""
-  return importlib.import_module(f"{__package__}.{module}" if __package__ else module)
+  """A GPU runtime: tiny's own file beside it. In tiny's package, it is imported from there; when tiny is top-level,
+  from tiny's folder by its path, not from wherever sys.path finds a module of its name first (under another name if
+  that one is taken). It imports nothing from tiny."""
+  if __package__: return importlib.import_module(f"{__package__}.{module}")
+  path = os.path.join(os.path.dirname(os.path.realpath(__file__)), f"{module}.py")
+  if (found := sys.modules.get(module)) is not None and os.path.realpath(getattr(found, "__file__", "")) == path:
+    return found
+  name = f"tiny_{module}" if module in sys.modules else module
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, path)
+    sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[name])
+  return sys.modules[name]
 
 @functools.cache
 def scratch() -> str:
@@ -2984,19 +3017,34 @@ class Compiled:
     return fn
 
 # The disk cache: an entry starts with the hash of its key and contents, so one that is truncated, corrupt or stored
-# under another key is made again, never used.
+# under another key is made again, never used, and so is one that can't be read.
 def cache_read(key:bytes, suffix:str, again:str) -> bytes|None:
   path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix)
   if getenv("NOCACHE") or not os.path.exists(path): return None
-  with open(path, "rb") as f: entry = f.read()
+  try:
+    with open(path, "rb") as f: entry = f.read()
+  except OSError: return None  # a folder in its place, no permission: a miss
   if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
   if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: {again}")
   return None
 def cache_write(key:bytes, suffix:str, data:bytes) -> bytes:
-  fd, tmp = tempfile.mkstemp(dir=cache_dir())
-  with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + data).digest() + data)
-  os.replace(tmp, os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix))  # atomic: all of it or none
+  """Keeps data in the cache folder. A folder that stopped being usable while the process ran (removed, unwritable,
+  full) is checked again, as on first use: made anew, or replaced with a warning. An entry that still can't be written
+  is not kept."""
+  try: cache_entry(key, suffix, data)
+  except OSError:
+    usable.cache_clear()
+    try: cache_entry(key, suffix, data)
+    except OSError as e: warnings.warn(f"tiny can't keep a compiled kernel in {cache_dir()} ({e.strerror})")
   return data
+def cache_entry(key:bytes, suffix:str, data:bytes):
+  fd, tmp = tempfile.mkstemp(dir=cache_dir())
+  try:
+    with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + data).digest() + data)
+    os.replace(tmp, os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix))  # atomic: all of it or none
+  except OSError:
+    os.unlink(tmp)
+    raise
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
@@ -3170,6 +3218,7 @@ class Capture:
   launches: list[tuple[Callable, Launch, list[Buffer]]] = field(default_factory=list)
   seconds: float = 0.0  # the time its kernels took on the device, each waited for
   data: list[int|Place] = field(default_factory=list)
+  computed: set[UOp] = field(default_factory=set)  # the nodes it realized (see realized_view)
   def made(self) -> list:  # the data, the same for calls that made the same (rand's places from where each began)
     return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
 
@@ -3185,7 +3234,8 @@ def signature(x, given:list[Buffer]):
     if (b := x.buffer()) not in given: given.append(b)
     return (Tensor, x.uop.shape, x.uop.dtype, x.device, given.index(b))
   if isinstance(x, dict): return (dict, *[(k, signature(v, given)) for k, v in x.items()])
-  return (type(x), *[signature(item, given) for item in x]) if isinstance(x, (list, tuple)) else x
+  if isinstance(x, (list, tuple)): return (type(x), *[signature(item, given) for item in x])
+  return (type(x), _key(x))  # True, 1 and 1.0 (and 0.0, -0.0) make different constants; nan finds itself
 
 def mapped(x, fn:Callable, leaf:type=Tensor):
   """x with each leaf in it (x itself, or in lists, tuples and dict values, nested) as fn makes it: a TinyJit
@@ -3208,7 +3258,7 @@ class TinyJit:
   replay draws anew, as the call would have. A TinyJit called by another's function, capturing or replaying, is
   captured with it."""
   def __init__(self, fn:Callable):
-    self.fn, self.first, self.replays = fn, {}, {}  # first: what each signature's first call made of Python data
+    self.fn, self.first, self.replays = fn, Bounded(), Bounded()  # first: what each signature's first call made of data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
     functools.update_wrapper(self, fn)
   def __call__(self, *args, **kwargs):
@@ -3222,7 +3272,8 @@ class TinyJit:
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try: out = self.run(args, kwargs)
     finally: call, capturing.now = capturing.now, outer
-    if outer is not None: outer.launches += call.launches; outer.data += call.data  # a jit around this one's
+    if outer is not None:  # a jit around this one's
+      outer.launches += call.launches; outer.data += call.data; outer.computed |= call.computed
     if key not in self.first: self.first[key] = call.made()
     elif call.made() != self.first[key]:
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
