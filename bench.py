@@ -5,7 +5,7 @@
   python bench.py --quick                               # a few rows: CI's smoke run
   python bench.py --device CUDA --sizes 1M,10M --big --json out.json
 
-Every row is measured in this run, on one device: tiny's kernel time (run_schedule with wait), the hand-written
+Every row is measured afresh on each run, on one device: tiny's kernel time (run_schedule with wait), the hand-written
 baseline's kernel time (RawKernel) and each peer's wall time, interleaved call by call after a warm-up so that drift
 (clocks, other load) hits them all alike; the table shows medians. Each result is checked before anything is timed.
 GB/s counts each input read once and each output written once; % is of the device's peak bandwidth, measured here by a
@@ -20,9 +20,9 @@ from tiny import Tensor, Device, RawKernel, TinyJit, Capture, capturing, schedul
 
 # Peers' thread pools spin on the cores for milliseconds after each call (libgomp, which torch uses: 300,000 spins by
 # default; OpenBLAS, which numpy uses: about 2**28 cycles), and interleaved, the next contender runs on what they
-# leave: on 2 cores that halved tiny's matmul beside numpy and doubled its row softmax beside torch. Set before the
-# peers load: libgomp spins a twentieth as long (torch's own times didn't move), OpenBLAS sleeps at once (nor did
-# numpy's). tiny's own pool never spins. A value set in the environment wins.
+# leave: on 2 cores, tiny's matmul beside numpy and its row softmax beside torch run 2x slower. Set before the peers
+# load: libgomp spins a twentieth as long (torch's own times stay as they are), OpenBLAS sleeps at once (numpy's too).
+# tiny's own pool never spins. A value set in the environment wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "15000")
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
@@ -51,10 +51,10 @@ REFS = {"copy": lambda x, shape: lambda i: x[0][i], "add": lambda x, shape: lamb
         "sum": lambda x, shape: lambda i: math.fsum(x[0]), "softmax": softmax_ref, "matmul": matmul_ref}
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Hand-written baselines, each kernel its own source with its sizes baked in: seed 002's float4 VMA, tree reduction
-# and 3-pass softmax, and a tiled matmul. One plan per op for every device; a dialect is a table of strings and three
+# Hand-written baselines, each kernel its own source with its sizes baked in: a float4 VMA, a tree reduction, a
+# 3-pass softmax and a tiled matmul. One plan per op for every device; a dialect is a table of strings and three
 # kernel builders. CPU: C, split across cores the way tiny's CPU kernels are. The CUDA sources compile with NVRTC; the
-# Metal ones could not be compiled where this was written (no Mac) and follow the CUDA ones line for line.
+# Metal ones follow the CUDA ones line for line, and no test compiles them (that takes a Mac).
 
 EW = {"copy": "{a}", "add": "{a} + {b}", "vma": "{a} * {b} + {c}"}  # elementwise ops over lanes a, b, c
 CORES = os.cpu_count() or 1  # tiny's CPU kernels split their outer loop into one contiguous chunk per core
@@ -333,8 +333,8 @@ def measure(makers:dict[str, Callable], want:dict[int, float], reps:int, budget:
   return out | {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}  # medians
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Rows, as the seeds measured them: 000's vector add, scalar vs vectors, and its dispatch overhead; 002's VMA, sum and
-# softmax over sizes and its fixed cost per call; then a row softmax and matmuls.
+# Rows: vector add, scalar vs vectors; VMA, sum and softmax over sizes; a row softmax and matmuls; then the fixed
+# cost per call: a warm realize() of a+b and of a*b+c, and a TinyJit replay of a*b+c.
 
 def label(n:int) -> str: return f"{n // 10**6}M" if n % 10**6 == 0 else f"{n // 1000}K" if n % 1000 == 0 else str(n)
 def parse_sizes(text:str) -> list[int]:
@@ -534,8 +534,8 @@ def main():
         "% is of that peak: data that fits in a cache, an op that reads more than it writes, or stores past the cache "
         "can pass 100%.\n")
   print("\n".join(table(results, peers)))
-  print("\nThe seeds, for scale: tinygrad spent 37 µs of Python in a 70 µs call (000: 1M add, CUDA), and about 3 ms"
-        " a call (002: 100K VMA, H100).")
+  print("\nFor scale, figures quoted for tinygrad, not measured here: 37 µs of Python in a 70 µs call (1M add, CUDA),"
+        " and about 3 ms a call (100K VMA, H100).")
   if args.json:
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()

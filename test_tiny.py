@@ -851,7 +851,7 @@ def test_a_cpu_softmax_row_computes_exp_once(cpu_width, shape):
 @pytest.mark.parametrize("cols", [7, 40])
 def test_a_row_value_beside_a_reduce_over_more_rows(cols):
   """f / f.sum(-1) broadcast over a middle axis, beside a row max that varies with it: the sum's loop runs outside
-  that axis, so its exps are not stored from there (the kernel used to fail to lower)."""
+  that axis, so its exps are not stored from there (and the kernel lowers)."""
   x, y = rand_list((3, cols), 165, -1.0, 1.0), rand_list((3, 2, cols), 166, -1.0, 1.0)
   def fn(a, b):
     f = (a * a + 1).sqrt() * 3 + 1
@@ -909,7 +909,7 @@ def test_a_softmax_row_is_correct_on_the_emulator():  # 261 columns: each of a b
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_a_row_program_over_a_stored_reduce_is_one_kernel(device):
   """A matmul read by a row's max, sum and outputs is stored; the log_softmax over it is then one row program, as
-  over any buffer (its max was stored too, as if it ran under the matmul's reduce)."""
+  over any buffer (its max is not stored as if it ran under the matmul's reduce)."""
   x, w = rand_list((37, 53), 163), rand_list((53, 11), 164)
   fn = lambda a, b: (a @ b).log_softmax(-1)
   assert len(tiny.schedule([fn(Tensor(x, device=device), Tensor(w, device=device))])) == 2

@@ -1,9 +1,30 @@
-"""tiny: a minimal lazy tensor compiler. Read top to bottom, in the order data flows:
-dtypes -> UOp -> pattern matcher -> symbolic rules -> views -> Tensor -> scheduler -> kernel opts -> lowering ->
-linearize -> renderers -> devices."""
+"""tiny: a lazy tensor library and the compiler that runs it, in one file read top to bottom, in the order data flows.
+
+Sections:
+  dtypes          what a value is in memory
+  UOp             one hash-consed node type for every level, from tensors to rendered lines
+  pattern matcher rules as (pattern, rewrite) tables, and graph_rewrite that applies them
+  symbolic        constant folding, identities, index algebra
+  views           movement ops as index maps: View, ShapeTracker
+  Tensor          the user's API: a thin wrapper around one UOp; composites built from primitives
+  scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
+  lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, BEAM), lanes and
+                  threads, accumulators, streaming stores, linearize
+  renderers       linear UOps -> C, CUDA or Metal source: one algorithm, three dialects as data
+  devices         runtimes (the C compiler, the emulator, CUDA and Metal beside this file), buffers
+  running         launching kernels, and render() to see them
+  TinyJit         a function's kernels captured once and replayed
+  systems         what a reader of a compiler can skip: the CPU's worker pool in C, cache folders and files
+
+One realize(), call by call:
+  Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (kernel_outputs, kernel_inputs,
+  group_outputs, _kernel: each kernel's AST) -> Plan.run -> load -> to_program -> lower (ranged, optimize, finish:
+  to_cpu or to_gpu, expand, to_accumulators, add_loops, narrow_index, stream, linearize) -> Renderer.render ->
+  Compiled.program (compile, disk cache) -> launch."""
 from __future__ import annotations
-import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, tempfile, time
-import functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading, warnings
+import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
+import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
+import warnings
 from collections import OrderedDict, defaultdict
 from _weakref import _remove_dead_weakref
 from dataclasses import dataclass, field, replace
@@ -559,136 +580,6 @@ symbolic = PatternMatcher([
 ])
 
 def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Transcendentals as arithmetic: where a device's C has no vector exp2, log2 or sin (the CPU's libm takes one call per
-# element, which vector lanes can't share), float32 exp2, log2 and sin become +, *, compares and operations on the
-# float's bits, which vectorize with the rest of the kernel. GPUs keep their instructions. Each polynomial is a
-# least-squares fit at Chebyshev points, reweighted toward equal relative error (near minimax); test_tiny measures the
-# error in ulps over the whole float range.
-
-@functools.cache
-def approximations(ops:frozenset[Ops]) -> PatternMatcher:
-  return PatternMatcher([(UPat(op, dtypes.float, name="u"), lambda u: transcendental[u.op](u.src[0])) for op in ops])
-
-def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
-  return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
-def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # two selects, each false for nan: nan passes through as itself
-  x = (x.const_like(hi) < x).where(x.const_like(hi), x)
-  return (x < lo).where(x.const_like(lo), x)
-def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
-
-def _exp2(x:UOp) -> UOp:
-  """2**x = 2**f * 2**n with n = round(x) and f = x - n in [-0.5, 0.5]: a polynomial for 2**f, and 2**n made of
-  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. Past
-  [-151, 129] the result is 0 or inf anyway; max keeps nan, so nan stays nan through every step."""
-  x = _clamp(x, -151.0, 129.0)
-  big = x.const_like(12582912.0)  # 1.5 * 2**23: adding it rounds x to an integer, which lands in the low bits
-  t = x + big
-  n, f = t.bitcast(dtypes.int) - 0x4B400000, x - (t - big)  # (0x4B400000: the bits of big)
-  p = f * _poly(f, [0.6931471824645996, 0.24022647738456726, 0.055503323674201965, 0.00961843691766262,
-                    0.0013398875016719103, 0.00015353360504377633]) + 1.0
-  return p * _scale(n >> 1) * _scale(n - (n >> 1))
-
-def _log2(x:UOp) -> UOp:
-  """log2(x) = e + log2(1+f) for x = (1+f) * 2**e with 1+f in [sqrt(1/2), sqrt(2)): e from the exponent bits, and
-  log2(1+f) = f * Q(f), a polynomial in f (which is exact: no division rounds it). A subnormal x is scaled by 2**23
-  first. 0, negatives, inf and nan get their results at the end."""
-  subnormal = x < 1.1754943508222875e-38  # 2**-126
-  bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
-  mantissa = ((bits & 0x007FFFFF) | 0x3F800000).bitcast(dtypes.float)  # in [1, 2)
-  high = x.const_like(1.4142135381698608) < mantissa
-  e = (bits >> 23) + subnormal.where(bits.const_like(-150), bits.const_like(-127)) + high.cast(dtypes.int)
-  f = high.where(mantissa * 0.5, mantissa) - 1.0
-  log = e.cast(dtypes.float) + f * _poly(f, [1.4426950216293335, -0.7213473320007324, 0.4808982312679291,
-    -0.3606966435909271, 0.2885673940181732, -0.23961739242076874, 0.2046007663011551, -0.19106297194957733,
-    0.18617413938045502, -0.1099480614066124])
-  zero, inf, nan = x.const_like(0.0), x.const_like(math.inf), x.const_like(math.nan)
-  if_finite = x.alu(Ops.CMPEQ, inf).where(x, log)
-  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, if_finite))
-
-def _sin(x:UOp) -> UOp:
-  """sin(x) = ±sin(r) or ±cos(r) by the quadrant q of x = q*pi/2 + r (sin is odd: |x| is reduced, the sign put back),
-  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _payne_hanek finds q and r exactly, for every
-  float up to 3.4e38. inf and nan give nan."""
-  bits = x.bitcast(dtypes.int)
-  mag = bits & 0x7FFFFFFF
-  ax = mag.bitcast(dtypes.float)
-  near = ax < 0.7853981852531433  # pi/4, rounded up
-  q, hi, lo = _payne_hanek(mag)
-  q, hi, lo = near.where(q.const_like(0), q), near.where(ax, hi), near.where(lo.const_like(0.0), lo)
-  z = hi * hi
-  sin = hi + (hi * z * _poly(z, [-0.16666655242443085, 0.008332161232829094, -0.0001951528392964974]) + lo)
-  cos = ((z * z * _poly(z, [0.04166664555668831, -0.0013887316454201937, 2.44331567955669e-05]) - z * 0.5) -
-         hi * lo) + 1.0
-  y = (q & 1).alu(Ops.CMPNE, q.const_like(0)).where(cos, sin)
-  sign = ((q << 30) & -2**31).alu(Ops.XOR, bits & -2**31)  # -sin past pi, and sin(-x) = -sin(x): the sign bit
-  signed = y.bitcast(dtypes.int).alu(Ops.XOR, sign).bitcast(dtypes.float)
-  return (mag < 0x7F800000).where(signed, x.const_like(math.nan))
-
-# the bits of 2/pi after the point, 32 to a word, after a word of zeros (a window that starts before the point reads 0s)
-two_over_pi = [0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB]
-
-def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
-  """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
-  for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
-  d = _times_two_over_pi(mag)
-  a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]  # f's bits: 22, 24 and 24 of them
-  up = a.const_like(2**21 - 1) < a  # f >= 1/2: the next quadrant, at f - 1, kept as its magnitude 2**70 - f
-  q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
-  borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
-  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
-  def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
-    return up.where((x.const_like(1 << bits) - x - borrow) & (1 << bits) - 1, x)
-  hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
-  return q, up.where(-hi, hi), up.where(-lo, lo)
-
-def _times_two_over_pi(mag:UOp) -> list[UOp]:
-  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from its bit e-1 after the point on (earlier ones make
-  multiples of 4, later ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod
-  2**96, whose top 2 bits are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two
-  digits is exact in int32."""
-  # e is the exponent field - 150, so bit e-1 is the table's bit (field - 152) + 32: a word, then a shift
-  m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
-  word, shift = start >> 5, start & 31
-  def pick(j:int) -> UOp:  # the table's word + j
-    first = mag.const_like(two_over_pi[4 + j])
-    return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
-      mag.const_like(two_over_pi[i + j]), rest), range(3, -1, -1), first)
-  t = [pick(j) for j in range(4)]
-  # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
-  # logical shift, which is 0 at shift 0)
-  ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
-  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W
-    i, o = divmod(bit, 32)
-    low = ws[i] >> o & min(0xFFF, (1 << (32 - o)) - 1)
-    return low if o <= 20 else low | (ws[i + 1] & (1 << (o - 20)) - 1) << (32 - o)
-  w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
-  d, carry = [], m.const_like(0)
-  for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
-    v = m0 * w[c] + carry if c == 0 else m0 * w[c] + m1 * w[c - 1] + carry
-    d.append(v & 0xFFF)
-    carry = v >> 12
-  return d
-
-def _times_half_pi(a:UOp, b:UOp, c:UOp) -> tuple[UOp, UOp]:
-  """f = a*2**-22 + b*2**-46 + c*2**-70 (ints of 22, 24, 24 bits) times pi/2, as two floats: f first as two floats
-  (from b where a is 0: f < 2**-22 keeps its precision), then each product of its first 12 bits, or the rest, with
-  pi/2's first 12 bits is exact (so a fused multiply-add can't change it), and the other products are corrections."""
-  zero = a.alu(Ops.CMPEQ, a.const_like(0))
-  def scaled(small:UOp, big:UOp, e:int) -> UOp:  # big * 2**e, or small * 2**(e-24) where a is 0
-    return zero.where(small, big).cast(dtypes.float) * zero.where(UOp.const(dtypes.float, 2.0**(e - 24)),
-                                                                   UOp.const(dtypes.float, 2.0**e))
-  first, second = scaled(b, a, -22), scaled(c, b, -46)
-  f = first + second
-  f_lo = second - (f - first)  # f + f_lo is first + second exactly (Fast2Sum: |first| >= |second|)
-  f_hi = (f.bitcast(dtypes.int) & -4096).bitcast(dtypes.float)  # f's first 12 bits; f - f_hi is exact
-  # pi/2 = 1.5703125 (12 bits) + 0.00048382679...
-  head, tail = f_hi * 1.5703125, (f - f_hi) * 1.5703125 + (f * 0.0004838267923332751 + f_lo * 1.5707963705062866)
-  hi = head + tail
-  return hi, tail - (hi - head)
-
-transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin}
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Views: movement ops never move data. A View maps an index tuple to (address, valid); pad makes `valid` through a
@@ -1683,23 +1574,6 @@ def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  
   src = target.renderer.render(name, uops, bufs)
   return Program(name, src, uops, *launch_dims(uops), _cost(ast), " ".join(map(str, opts)))
 
-# An output this big is written past the cache: a kernel that writes it whole is done with it, and one that reads it
-# next would find little of it in a cache anyway.
-STREAM_BYTES = 2**24
-
-def stream(sink:UOp, dev:Target) -> UOp:
-  """Float vectors stored to a big output this kernel doesn't read go past the cache (x86's non-temporal stores):
-  a cached store first reads its line from memory, so a kernel that streams through memory moves a third less
-  (d=a*b+c of 10M floats: 1.2x). The renderer ends such a kernel with a fence, which orders them before it returns."""
-  if not dev.streams: return sink
-  nodes = sink.toposort
-  read = {u.buf for u in nodes if u.op is Ops.LOAD}
-  def streams(st:UOp) -> bool:
-    return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
-      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and \
-      st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES
-  return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streams(u)})
-
 def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and the size of each axis
   rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (r.kind.value, r.arg.id))
   prefix = "r" if any(r.kind in (AxisType.REDUCE, AxisType.GROUP, AxisType.UNROLL) for r in rs) else "E"
@@ -1711,6 +1585,7 @@ def launch_dims(uops:list[UOp]) -> tuple[tuple[int, int, int], tuple[int, int, i
     return _xyz([u.size for u in sorted((u for u in uops if u.op is Ops.SPECIAL and u.kind in kinds),
                                          key=lambda u: u.arg.dim)])
   return dims(AxisType.GLOBAL, AxisType.THREAD), dims(AxisType.LOCAL)
+
 def _xyz(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
 
 def _cost(ast:UOp) -> tuple[int, int]:
@@ -1802,33 +1677,139 @@ def merge(sink:UOp, a:UOp, b:UOp) -> UOp:
   return simplify(substitute(sink, {a: r // b.size, b: r % b.size}))
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Kernel opts: each one splits a range r of size n into outer*amount + inner (a CPU thread's: inner*chunk + outer),
-# where inner is a new range of the opt's kind. Later steps give kinds their meaning: upcast/unroll become vector
-# lanes, local becomes threadIdx, group a reduction shared across a block. A split that doesn't divide gets a gate, so
-# every size works with full blocks.
+# Lowering, step 2: transcendentals as arithmetic. Where a device's C has no vector exp2, log2 or sin (the CPU's libm
+# takes one call per element, which vector lanes can't share), float32 exp2, log2 and sin become +, *, compares and
+# operations on the float's bits, which vectorize with the rest of the kernel. GPUs keep their instructions. Each
+# polynomial is a least-squares fit at Chebyshev points, reweighted toward equal relative error (near minimax);
+# test_tiny measures the error in ulps over the whole float range.
 
-@dataclass(frozen=True)
-class Opt:
-  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP or THREAD
-  axis: UOp       # the RANGE to split
-  amount: int
-  def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
+@functools.cache
+def approximations(ops:frozenset[Ops]) -> PatternMatcher:
+  return PatternMatcher([(UPat(op, dtypes.float, name="u"), lambda u: transcendental[u.op](u.src[0])) for op in ops])
 
-def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
-  """The heuristic's opts, then the launch's; returned with the opts applied."""
-  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink, ()
-  return launch_opts(*apply_opts(sink, heuristic(sink, dev)), dev)
+def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
+  return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
+def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # two selects, each false for nan: nan passes through as itself
+  x = (x.const_like(hi) < x).where(x.const_like(hi), x)
+  return (x < lo).where(x.const_like(lo), x)
+def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
 
-def apply_opts(sink:UOp, opts:Sequence[Opt]) -> tuple[UOp, tuple[Opt, ...]]:
-  for opt in opts: sink = apply_opt(sink, opt)
-  return sink, tuple(opts)
+def _exp2(x:UOp) -> UOp:
+  """2**x = 2**f * 2**n with n = round(x) and f = x - n in [-0.5, 0.5]: a polynomial for 2**f, and 2**n made of
+  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. Past
+  [-151, 129] the result is 0 or inf anyway; max keeps nan, so nan stays nan through every step."""
+  x = _clamp(x, -151.0, 129.0)
+  big = x.const_like(12582912.0)  # 1.5 * 2**23: adding it rounds x to an integer, which lands in the low bits
+  t = x + big
+  n, f = t.bitcast(dtypes.int) - 0x4B400000, x - (t - big)  # (0x4B400000: the bits of big)
+  p = f * _poly(f, [0.6931471824645996, 0.24022647738456726, 0.055503323674201965, 0.00961843691766262,
+                    0.0013398875016719103, 0.00015353360504377633]) + 1.0
+  return p * _scale(n >> 1) * _scale(n - (n >> 1))
 
-def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
-  """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
-  for step in (local_opts,) if dev.has_local else (tile_order, thread_opts):
-    more = step(sink, dev)
-    sink, opts = apply_opts(sink, more)[0], opts + tuple(more)
-  return sink, opts
+def _log2(x:UOp) -> UOp:
+  """log2(x) = e + log2(1+f) for x = (1+f) * 2**e with 1+f in [sqrt(1/2), sqrt(2)): e from the exponent bits, and
+  log2(1+f) = f * Q(f), a polynomial in f (which is exact: no division rounds it). A subnormal x is scaled by 2**23
+  first. 0, negatives, inf and nan get their results at the end."""
+  subnormal = x < 1.1754943508222875e-38  # 2**-126
+  bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
+  mantissa = ((bits & 0x007FFFFF) | 0x3F800000).bitcast(dtypes.float)  # in [1, 2)
+  high = x.const_like(1.4142135381698608) < mantissa
+  e = (bits >> 23) + subnormal.where(bits.const_like(-150), bits.const_like(-127)) + high.cast(dtypes.int)
+  f = high.where(mantissa * 0.5, mantissa) - 1.0
+  log = e.cast(dtypes.float) + f * _poly(f, [1.4426950216293335, -0.7213473320007324, 0.4808982312679291,
+    -0.3606966435909271, 0.2885673940181732, -0.23961739242076874, 0.2046007663011551, -0.19106297194957733,
+    0.18617413938045502, -0.1099480614066124])
+  zero, inf, nan = x.const_like(0.0), x.const_like(math.inf), x.const_like(math.nan)
+  if_finite = x.alu(Ops.CMPEQ, inf).where(x, log)
+  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, if_finite))
+
+def _sin(x:UOp) -> UOp:
+  """sin(x) = ±sin(r) or ±cos(r) by the quadrant q of x = q*pi/2 + r (sin is odd: |x| is reduced, the sign put back),
+  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _payne_hanek finds q and r exactly, for every
+  float up to 3.4e38. inf and nan give nan."""
+  bits = x.bitcast(dtypes.int)
+  mag = bits & 0x7FFFFFFF
+  ax = mag.bitcast(dtypes.float)
+  near = ax < 0.7853981852531433  # pi/4, rounded up
+  q, hi, lo = _payne_hanek(mag)
+  q, hi, lo = near.where(q.const_like(0), q), near.where(ax, hi), near.where(lo.const_like(0.0), lo)
+  z = hi * hi
+  sin = hi + (hi * z * _poly(z, [-0.16666655242443085, 0.008332161232829094, -0.0001951528392964974]) + lo)
+  cos = ((z * z * _poly(z, [0.04166664555668831, -0.0013887316454201937, 2.44331567955669e-05]) - z * 0.5) -
+         hi * lo) + 1.0
+  y = (q & 1).alu(Ops.CMPNE, q.const_like(0)).where(cos, sin)
+  sign = ((q << 30) & -2**31).alu(Ops.XOR, bits & -2**31)  # -sin past pi, and sin(-x) = -sin(x): the sign bit
+  signed = y.bitcast(dtypes.int).alu(Ops.XOR, sign).bitcast(dtypes.float)
+  return (mag < 0x7F800000).where(signed, x.const_like(math.nan))
+
+# the bits of 2/pi after the point, 32 to a word, after a word of zeros (a window that starts before the point reads 0s)
+two_over_pi = [0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB]
+
+def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
+  """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
+  for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
+  d = _times_two_over_pi(mag)
+  a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]  # f's bits: 22, 24 and 24 of them
+  up = a.const_like(2**21 - 1) < a  # f >= 1/2: the next quadrant, at f - 1, kept as its magnitude 2**70 - f
+  q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
+  borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
+  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
+  def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
+    return up.where((x.const_like(1 << bits) - x - borrow) & (1 << bits) - 1, x)
+  hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
+  return q, up.where(-hi, hi), up.where(-lo, lo)
+
+def _times_two_over_pi(mag:UOp) -> list[UOp]:
+  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from its bit e-1 after the point on (earlier ones make
+  multiples of 4, later ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod
+  2**96, whose top 2 bits are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two
+  digits is exact in int32."""
+  # e is the exponent field - 150, so bit e-1 is the table's bit (field - 152) + 32: a word, then a shift
+  m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
+  word, shift = start >> 5, start & 31
+  def pick(j:int) -> UOp:  # the table's word + j
+    first = mag.const_like(two_over_pi[4 + j])
+    return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
+      mag.const_like(two_over_pi[i + j]), rest), range(3, -1, -1), first)
+  t = [pick(j) for j in range(4)]
+  # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
+  # logical shift, which is 0 at shift 0)
+  ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
+  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W
+    i, o = divmod(bit, 32)
+    low = ws[i] >> o & min(0xFFF, (1 << (32 - o)) - 1)
+    return low if o <= 20 else low | (ws[i + 1] & (1 << (o - 20)) - 1) << (32 - o)
+  w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
+  d, carry = [], m.const_like(0)
+  for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
+    v = m0 * w[c] + carry if c == 0 else m0 * w[c] + m1 * w[c - 1] + carry
+    d.append(v & 0xFFF)
+    carry = v >> 12
+  return d
+
+def _times_half_pi(a:UOp, b:UOp, c:UOp) -> tuple[UOp, UOp]:
+  """f = a*2**-22 + b*2**-46 + c*2**-70 (ints of 22, 24, 24 bits) times pi/2, as two floats: f first as two floats
+  (from b where a is 0: f < 2**-22 keeps its precision), then each product of its first 12 bits, or the rest, with
+  pi/2's first 12 bits is exact (so a fused multiply-add can't change it), and the other products are corrections."""
+  zero = a.alu(Ops.CMPEQ, a.const_like(0))
+  def scaled(small:UOp, big:UOp, e:int) -> UOp:  # big * 2**e, or small * 2**(e-24) where a is 0
+    return zero.where(small, big).cast(dtypes.float) * zero.where(UOp.const(dtypes.float, 2.0**(e - 24)),
+                                                                   UOp.const(dtypes.float, 2.0**e))
+  first, second = scaled(b, a, -22), scaled(c, b, -46)
+  f = first + second
+  f_lo = second - (f - first)  # f + f_lo is first + second exactly (Fast2Sum: |first| >= |second|)
+  f_hi = (f.bitcast(dtypes.int) & -4096).bitcast(dtypes.float)  # f's first 12 bits; f - f_hi is exact
+  # pi/2 = 1.5703125 (12 bits) + 0.00048382679...
+  head, tail = f_hi * 1.5703125, (f - f_hi) * 1.5703125 + (f * 0.0004838267923332751 + f_lo * 1.5707963705062866)
+  hi = head + tail
+  return hi, tail - (hi - head)
+
+transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Lowering, step 3: row programs. A kernel whose reduces run over a row (a softmax: the row's max, its sum, then its
+# outputs) computes them once a row: on a GPU, a block per row whose threads share each reduce (row_loops); on a CPU,
+# a loop per row, with a dear value stored once and read back (reread).
 
 def row_loops(sink:UOp) -> UOp:
   """A row program on a GPU runs a block per row: the row's columns (the output ranges no reduce in the kernel varies
@@ -1885,13 +1866,44 @@ def reread(sink:UOp, dev:Target) -> UOp:
   return sink.replace(src=tuple(early + late))
 
 REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
+
 ROW_BYTES = 2**16  # a row kept on a thread's stack: within L2, and far within the stack
+
 def _alu_cost(u:UOp) -> int:
   return sum(alu_costs.get(x.op, 1) for x in u.toposort if x.op in GroupOp.ALU and x.dtype == u.dtype)
 
 def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies with more than the output ranges
   free, glob = free_ranges(sink), set(ranges(sink, AxisType.GLOBAL))
   return not all(free[u] <= glob for u in sink.toposort if u.op is Ops.REDUCE)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Lowering, step 4: kernel opts. Each one splits a range r of size n into outer*amount + inner (a CPU thread's:
+# inner*chunk + outer), where inner is a new range of the opt's kind. Later steps give kinds their meaning:
+# upcast/unroll become vector lanes, local becomes threadIdx, group a reduction shared across a block. A split that
+# doesn't divide gets a gate, so every size works with full blocks.
+
+@dataclass(frozen=True)
+class Opt:
+  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP or THREAD
+  axis: UOp       # the RANGE to split
+  amount: int
+  def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
+
+def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
+  """The heuristic's opts, then the launch's; returned with the opts applied."""
+  if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink, ()
+  return launch_opts(*apply_opts(sink, heuristic(sink, dev)), dev)
+
+def apply_opts(sink:UOp, opts:Sequence[Opt]) -> tuple[UOp, tuple[Opt, ...]]:
+  for opt in opts: sink = apply_opt(sink, opt)
+  return sink, tuple(opts)
+
+def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
+  """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
+  for step in (local_opts,) if dev.has_local else (tile_order, thread_opts):
+    more = step(sink, dev)
+    sink, opts = apply_opts(sink, more)[0], opts + tuple(more)
+  return sink, opts
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   n = opt.axis.size
@@ -2034,7 +2046,6 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 
 # BEAM=n: the opts of each new kernel searched by timing candidates on the device itself, as tinygrad's BEAM does. The
 # program found goes to the disk cache under BEAM=n, so a kernel is searched once per machine.
-
 def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   """From no opts, each step extends each of the `width` fastest kernels of the last by one more opt (candidates),
   times every new one, and keeps the `width` fastest; it stops when a step finds none faster than the last. The
@@ -2081,7 +2092,7 @@ def _time(fn:Callable, prog:Program, bufs:list[Buffer]) -> float:
              for _ in range(3))
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Lowering, step 2: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
+# Lowering, step 5: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
 # ranges on GPUs, reductions become accumulators, and a vector's lanes at consecutive addresses become one access.
 
 def expand(sink:UOp, dev:Target) -> UOp:
@@ -2291,6 +2302,29 @@ def add_loops(sink:UOp) -> UOp:
   return sink.replace(src=body)
 
 output_loops = (AxisType.GLOBAL, AxisType.LOOP)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Lowering, step 6: stores past the cache, on CPUs that have them.
+
+# An output this big is written past the cache: a kernel that writes it whole is done with it, and one that reads it
+# next would find little of it in a cache anyway.
+STREAM_BYTES = 2**24
+
+def stream(sink:UOp, dev:Target) -> UOp:
+  """Float vectors stored to a big output this kernel doesn't read go past the cache (x86's non-temporal stores):
+  a cached store first reads its line from memory, so a copy moves a third less, and d=a*b+c of 10M floats a fifth
+  (1.2x). The renderer ends such a kernel with a fence, which orders them before it returns."""
+  if not dev.streams: return sink
+  nodes = sink.toposort
+  read = {u.buf for u in nodes if u.op is Ops.LOAD}
+  def streams(st:UOp) -> bool:
+    return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
+      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and \
+      st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES
+  return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streams(u)})
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Lowering, step 7: linearize. The graph becomes one list of UOps in the order they run.
 
 def linearize(sink:UOp) -> list[UOp]:
   """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
@@ -2667,29 +2701,6 @@ def runtime(module:str):
     spec.loader.exec_module(sys.modules[name])
   return sys.modules[name]
 
-@functools.cache
-def scratch() -> str:
-  """This process's own folder, removed at exit: libraries load from here, so a load never writes into the cache."""
-  path = tempfile.mkdtemp(prefix="tiny-")
-  atexit.register(shutil.rmtree, path, True)
-  return path
-
-@functools.cache
-def usable(path:str) -> str:
-  """The cache folder at path; where it can't be made or written (a file in its way, no writable home), this
-  process's scratch() folder instead, with one warning."""
-  try: os.makedirs(path, exist_ok=True)
-  except OSError as e: why = e.strerror
-  else:
-    if os.access(path, os.W_OK | os.X_OK): return path
-    why = "not writable"
-  warnings.warn(f"tiny can't keep compiled kernels in {path} ({why}): it keeps them in {scratch()} until it exits")
-  return scratch()
-
-def cache_dir() -> str:
-  xdg = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-  return usable(os.getenv("TINY_CACHE") or os.path.join(xdg, "tiny"))
-
 class CPURuntime:
   """Kernels compiled by the system C compiler into a shared library, called through ctypes."""
   # -fno-tree-loop-vectorize: tiny vectorizes for itself, and gcc 12 re-vectorizing a loop that reads
@@ -2758,103 +2769,6 @@ class CPURuntime:
   def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
   def synchronize(self): pass
-
-class Workers:
-  """Threads that each take chunks of a kernel while the calling thread takes them too, in C: each chunk is claimed by
-  an atomic compare-and-swap, so a kernel's chunks start within a microsecond, and one that a worker doesn't wake for
-  in time is run by the caller. Python threads would wait on a lock and then for the GIL: tens of microseconds a
-  kernel. A worker spins a while after each kernel, as the next one often comes soon, then sleeps. One kernel at a
-  time. The pool is compiled once (and kept in the disk cache) on the first kernel that uses it; a forked child, which
-  has none of its parent's threads, starts its own."""
-  most = 64  # buffers a pooled kernel may take: the pool calls a kernel through a function of its argument count
-  def __init__(self, runtime:CPURuntime, n:int): self.runtime, self.n, self.pid = runtime, n, None
-  def run(self, fn:Callable, bufs:tuple, chunks:int):
-    if len(bufs) > Workers.most:  # (a kernel of that many buffers is rare: its chunks run one after another)
-      for chunk in range(chunks): fn(*bufs, chunk)
-      return
-    if self.pid != os.getpid(): self.start()
-    self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
-  def start(self):
-    src = POOL.replace("CALLS", "\n".join(
-      f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
-      f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in range(Workers.most + 1)) + "\nstatic void (*const "
-      f"calls[])(void*, void**, int) = {{{', '.join(f'call{n}' for n in range(Workers.most + 1))}}};")
-    lib = self.runtime.library(src, "-pthread")
-    if ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(_ctypes.dlsym(lib, "start"))(self.n) != 0:
-      raise RuntimeError(f"can't start {self.n} CPU worker threads (THREADS={self.n + 1})")
-    self.call = ctypes.CFUNCTYPE(None, CPURuntime.kernel, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)(
-      _ctypes.dlsym(lib, "run"))
-    self.pid = os.getpid()
-
-# The pool: a job is a kernel, its buffers and how many chunks it has. `state` holds the job's number (high 32 bits)
-# and its next unclaimed chunk (low 32): a claim is a compare-and-swap on it, so a claim made while reading an older
-# job's fields fails, and a job's fields are only rewritten once every chunk of it is done.
-POOL = r"""
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <time.h>
-CALLS
-static struct { void* _Atomic fn; void** _Atomic bufs; atomic_int nbufs, chunks; } job;
-static _Atomic uint64_t state;
-static atomic_int finished, sleepers;
-static pthread_mutex_t lock, one;  /* lock: for sleeping; one: one kernel at a time */
-static pthread_cond_t wake;
-static const long spin_ns = 500000;  /* how long an idle worker watches for the next kernel before it sleeps */
-
-static int claim(uint64_t number) {  /* run one chunk of that job: 0 once none is left, or a newer job is out */
-  for (uint64_t s = atomic_load(&state); s >> 32 == number;) {
-    void* fn = job.fn; void** bufs = job.bufs; int nbufs = job.nbufs, chunks = job.chunks;
-    if ((uint32_t)s >= (uint32_t)chunks) return 0;
-    if (atomic_compare_exchange_weak(&state, &s, s + 1)) {
-      calls[nbufs](fn, bufs, (int)(uint32_t)s);
-      atomic_fetch_add(&finished, 1);
-      return 1;
-    }
-  }
-  return 0;
-}
-static long now(void) {
-  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000L + t.tv_nsec;
-}
-static void idle(uint64_t seen) {  /* until a job after `seen` is out */
-  for (long start = now(); atomic_load(&state) >> 32 == seen && now() - start < spin_ns;) sched_yield();
-  pthread_mutex_lock(&lock);
-  atomic_fetch_add(&sleepers, 1);  /* before the check: run either sees a sleeper or this sees its job */
-  while (atomic_load(&state) >> 32 == seen) pthread_cond_wait(&wake, &lock);
-  atomic_fetch_sub(&sleepers, 1);
-  pthread_mutex_unlock(&lock);
-}
-static void* worker(void* unused) {
-  for (uint64_t seen = atomic_load(&state) >> 32;; seen = atomic_load(&state) >> 32) {
-    while (claim(seen)) {}
-    idle(seen);
-  }
-  return unused;
-}
-int start(int n) {  /* (in a forked child, whatever the parent's threads held is let go here) */
-  pthread_mutex_init(&lock, 0); pthread_mutex_init(&one, 0); pthread_cond_init(&wake, 0);
-  atomic_store(&sleepers, 0);
-  for (int i = 0; i < n; i++) {
-    pthread_t t;
-    if (pthread_create(&t, 0, worker, 0) != 0) return -1;
-    pthread_detach(t);
-  }
-  return 0;
-}
-void run(void* fn, void** bufs, int nbufs, int chunks) {
-  pthread_mutex_lock(&one);
-  job.fn = fn; job.bufs = bufs; job.nbufs = nbufs; job.chunks = chunks;
-  atomic_store(&finished, 0);
-  uint64_t number = (atomic_load(&state) >> 32) + 1;
-  atomic_store(&state, number << 32);
-  if (atomic_load(&sleepers)) { pthread_mutex_lock(&lock); pthread_cond_broadcast(&wake); pthread_mutex_unlock(&lock); }
-  while (claim(number)) {}
-  while (atomic_load(&finished) < chunks) sched_yield();  /* for the chunks workers took */
-  pthread_mutex_unlock(&one);
-}
-"""
 
 def vector_width(macros:str) -> int:
   """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
@@ -2953,11 +2867,6 @@ def run_thread(t:Thread):
     elif u.op in emulated: vals[u] = emulated[u.op](t, u, vals)
     pc += 1
 
-def reuse_bytes() -> int:
-  """Bytes of freed buffers a device keeps: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; with LRU=0, none."""
-  ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-  return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
-
 class Compiled:
   """A device: its runtime, behind two bounded caches that let go of what was used longest ago first: freed buffers
   (by bytes), and loaded programs (LRU_PROGRAMS of them; an evicted program is unloaded once nothing can call it)."""
@@ -3016,36 +2925,6 @@ class Compiled:
       if (fn := self.programs.get(key := (prog.name, prog.src))) is not None: self.programs.move_to_end(key)
     return fn
 
-# The disk cache: an entry starts with the hash of its key and contents, so one that is truncated, corrupt or stored
-# under another key is made again, never used, and so is one that can't be read.
-def cache_read(key:bytes, suffix:str, again:str) -> bytes|None:
-  path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix)
-  if getenv("NOCACHE") or not os.path.exists(path): return None
-  try:
-    with open(path, "rb") as f: entry = f.read()
-  except OSError: return None  # a folder in its place, no permission: a miss
-  if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
-  if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: {again}")
-  return None
-def cache_write(key:bytes, suffix:str, data:bytes) -> bytes:
-  """Keeps data in the cache folder. A folder that stopped being usable while the process ran (removed, unwritable,
-  full) is checked again, as on first use: made anew, or replaced with a warning. An entry that still can't be written
-  is not kept."""
-  try: cache_entry(key, suffix, data)
-  except OSError:
-    usable.cache_clear()
-    try: cache_entry(key, suffix, data)
-    except OSError as e: warnings.warn(f"tiny can't keep a compiled kernel in {cache_dir()} ({e.strerror})")
-  return data
-def cache_entry(key:bytes, suffix:str, data:bytes):
-  fd, tmp = tempfile.mkstemp(dir=cache_dir())
-  try:
-    with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + data).digest() + data)
-    os.replace(tmp, os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix))  # atomic: all of it or none
-  except OSError:
-    os.unlink(tmp)
-    raise
-
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
   # the emulator runs the same lowered UOps as CUDA: its source is the CUDA text, for reading
@@ -3082,6 +2961,7 @@ class _Device:
       try: self[name]; return name
       except Exception: pass  # no driver, no GPU, or a runtime that won't import: each means "not this one"
     return "CPU"
+
 Device = _Device()
 
 def padded(size:int) -> int:  # whole vectors of any width (see apply_opt), and never none: drivers refuse 0 bytes
@@ -3133,10 +3013,6 @@ def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line,
   line = {u: i for i, u in enumerate(sink.toposort)}
   return "\n".join(f"{u.op.name} {u.dtype} {u.arg!r} {[line[s] for s in u.src]}" for u in line)
 
-@functools.cache
-def tiny_version() -> str:  # this tiny.py, by its hash: another version may lower a kernel otherwise
-  with open(__file__, "rb") as f: return hashlib.sha256(f.read()).hexdigest()
-
 class Launch(NamedTuple):  # one kernel of a run: its program, and where its buffers are among the run's
   prog: Program
   slots: list[int]  # outputs first
@@ -3180,10 +3056,6 @@ def load(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> lis
     if dev.loaded(prog) is None: compiles.append(compile_pool(os.getpid()).submit(dev.program, prog))
   for c in compiles: c.result()
   return launches
-
-@functools.cache
-def compile_pool(pid:int) -> concurrent.futures.ThreadPoolExecutor:  # one a process: a forked child has no threads
-  return concurrent.futures.ThreadPoolExecutor(threads())
 
 class RawKernel:
   """Hand-written source run through tiny's runtime on any device: users' custom kernels and bench's baselines.
@@ -3332,3 +3204,172 @@ class Replay:
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
   slot: int
   view: UOp
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Systems: what a reader of the compiler can skip. The CPU's worker pool (in C), the folders compiled kernels are kept
+# in, and the disk cache's files.
+
+@functools.cache
+def compile_pool(pid:int) -> concurrent.futures.ThreadPoolExecutor:  # one a process: a forked child has no threads
+  return concurrent.futures.ThreadPoolExecutor(threads())
+
+class Workers:
+  """Threads that each take chunks of a kernel while the calling thread takes them too, in C: each chunk is claimed by
+  an atomic compare-and-swap, so a kernel's chunks start within a microsecond, and one that a worker doesn't wake for
+  in time is run by the caller. Python threads would wait on a lock and then for the GIL: tens of microseconds a
+  kernel. A worker spins a while after each kernel, as the next one often comes soon, then sleeps. One kernel at a
+  time. The pool is compiled once (and kept in the disk cache) on the first kernel that uses it; a forked child, which
+  has none of its parent's threads, starts its own."""
+  most = 64  # buffers a pooled kernel may take: the pool calls a kernel through a function of its argument count
+  def __init__(self, runtime:CPURuntime, n:int): self.runtime, self.n, self.pid = runtime, n, None
+  def run(self, fn:Callable, bufs:tuple, chunks:int):
+    if len(bufs) > Workers.most:  # (a kernel of that many buffers is rare: its chunks run one after another)
+      for chunk in range(chunks): fn(*bufs, chunk)
+      return
+    if self.pid != os.getpid(): self.start()
+    self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
+  def start(self):
+    src = POOL.replace("CALLS", "\n".join(
+      f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
+      f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in range(Workers.most + 1)) + "\nstatic void (*const "
+      f"calls[])(void*, void**, int) = {{{', '.join(f'call{n}' for n in range(Workers.most + 1))}}};")
+    lib = self.runtime.library(src, "-pthread")
+    if ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(_ctypes.dlsym(lib, "start"))(self.n) != 0:
+      raise RuntimeError(f"can't start {self.n} CPU worker threads (THREADS={self.n + 1})")
+    self.call = ctypes.CFUNCTYPE(None, CPURuntime.kernel, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)(
+      _ctypes.dlsym(lib, "run"))
+    self.pid = os.getpid()
+
+# The pool: a job is a kernel, its buffers and how many chunks it has. `state` holds the job's number (high 32 bits)
+# and its next unclaimed chunk (low 32): a claim is a compare-and-swap on it, so a claim made while reading an older
+# job's fields fails, and a job's fields are only rewritten once every chunk of it is done.
+POOL = r"""
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+CALLS
+static struct { void* _Atomic fn; void** _Atomic bufs; atomic_int nbufs, chunks; } job;
+static _Atomic uint64_t state;
+static atomic_int finished, sleepers;
+static pthread_mutex_t lock, one;  /* lock: for sleeping; one: one kernel at a time */
+static pthread_cond_t wake;
+static const long spin_ns = 500000;  /* how long an idle worker watches for the next kernel before it sleeps */
+
+static int claim(uint64_t number) {  /* run one chunk of that job: 0 once none is left, or a newer job is out */
+  for (uint64_t s = atomic_load(&state); s >> 32 == number;) {
+    void* fn = job.fn; void** bufs = job.bufs; int nbufs = job.nbufs, chunks = job.chunks;
+    if ((uint32_t)s >= (uint32_t)chunks) return 0;
+    if (atomic_compare_exchange_weak(&state, &s, s + 1)) {
+      calls[nbufs](fn, bufs, (int)(uint32_t)s);
+      atomic_fetch_add(&finished, 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+static long now(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+static void idle(uint64_t seen) {  /* until a job after `seen` is out */
+  for (long start = now(); atomic_load(&state) >> 32 == seen && now() - start < spin_ns;) sched_yield();
+  pthread_mutex_lock(&lock);
+  atomic_fetch_add(&sleepers, 1);  /* before the check: run either sees a sleeper or this sees its job */
+  while (atomic_load(&state) >> 32 == seen) pthread_cond_wait(&wake, &lock);
+  atomic_fetch_sub(&sleepers, 1);
+  pthread_mutex_unlock(&lock);
+}
+static void* worker(void* unused) {
+  for (uint64_t seen = atomic_load(&state) >> 32;; seen = atomic_load(&state) >> 32) {
+    while (claim(seen)) {}
+    idle(seen);
+  }
+  return unused;
+}
+int start(int n) {  /* (in a forked child, whatever the parent's threads held is let go here) */
+  pthread_mutex_init(&lock, 0); pthread_mutex_init(&one, 0); pthread_cond_init(&wake, 0);
+  atomic_store(&sleepers, 0);
+  for (int i = 0; i < n; i++) {
+    pthread_t t;
+    if (pthread_create(&t, 0, worker, 0) != 0) return -1;
+    pthread_detach(t);
+  }
+  return 0;
+}
+void run(void* fn, void** bufs, int nbufs, int chunks) {
+  pthread_mutex_lock(&one);
+  job.fn = fn; job.bufs = bufs; job.nbufs = nbufs; job.chunks = chunks;
+  atomic_store(&finished, 0);
+  uint64_t number = (atomic_load(&state) >> 32) + 1;
+  atomic_store(&state, number << 32);
+  if (atomic_load(&sleepers)) { pthread_mutex_lock(&lock); pthread_cond_broadcast(&wake); pthread_mutex_unlock(&lock); }
+  while (claim(number)) {}
+  while (atomic_load(&finished) < chunks) sched_yield();  /* for the chunks workers took */
+  pthread_mutex_unlock(&one);
+}
+"""
+
+@functools.cache
+def scratch() -> str:
+  """This process's own folder, removed at exit: libraries load from here, so a load never writes into the cache."""
+  path = tempfile.mkdtemp(prefix="tiny-")
+  atexit.register(shutil.rmtree, path, True)
+  return path
+
+@functools.cache
+def usable(path:str) -> str:
+  """The cache folder at path; where it can't be made or written (a file in its way, no writable home), this
+  process's scratch() folder instead, with one warning."""
+  try: os.makedirs(path, exist_ok=True)
+  except OSError as e: why = e.strerror
+  else:
+    if os.access(path, os.W_OK | os.X_OK): return path
+    why = "not writable"
+  warnings.warn(f"tiny can't keep compiled kernels in {path} ({why}): it keeps them in {scratch()} until it exits")
+  return scratch()
+
+def cache_dir() -> str:
+  xdg = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+  return usable(os.getenv("TINY_CACHE") or os.path.join(xdg, "tiny"))
+
+# The disk cache: an entry starts with the hash of its key and contents, so one that is truncated, corrupt or stored
+# under another key is made again, never used, and so is one that can't be read.
+def cache_read(key:bytes, suffix:str, again:str) -> bytes|None:
+  path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix)
+  if getenv("NOCACHE") or not os.path.exists(path): return None
+  try:
+    with open(path, "rb") as f: entry = f.read()
+  except OSError: return None  # a folder in its place, no permission: a miss
+  if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
+  if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: {again}")
+  return None
+
+def cache_write(key:bytes, suffix:str, data:bytes) -> bytes:
+  """Keeps data in the cache folder. A folder that stopped being usable while the process ran (removed, unwritable,
+  full) is checked again, as on first use: made anew, or replaced with a warning. An entry that still can't be written
+  is not kept."""
+  try: cache_entry(key, suffix, data)
+  except OSError:
+    usable.cache_clear()
+    try: cache_entry(key, suffix, data)
+    except OSError as e: warnings.warn(f"tiny can't keep a compiled kernel in {cache_dir()} ({e.strerror})")
+  return data
+
+def cache_entry(key:bytes, suffix:str, data:bytes):
+  fd, tmp = tempfile.mkstemp(dir=cache_dir())
+  try:
+    with os.fdopen(fd, "wb") as f: f.write(hashlib.sha256(key + data).digest() + data)
+    os.replace(tmp, os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix))  # atomic: all of it or none
+  except OSError:
+    os.unlink(tmp)
+    raise
+
+@functools.cache
+def tiny_version() -> str:  # this tiny.py, by its hash: another version may lower a kernel otherwise
+  with open(__file__, "rb") as f: return hashlib.sha256(f.read()).hexdigest()
+
+def reuse_bytes() -> int:
+  """Bytes of freed buffers a device keeps: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; with LRU=0, none."""
+  ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
