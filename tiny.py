@@ -26,35 +26,19 @@ import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, 
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
 import warnings
 from collections import OrderedDict, defaultdict
-from _weakref import _remove_dead_weakref
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
 from typing import Any, Callable, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
-  return setting(key, os.fsdecode(value), least) if (value := c_getenv(key.encode())) else default
-# Settings are looked up in the C library's environment, which os.environ writes through to (putenv, unsetenv): an unset
-# variable is one C call there, where os.environ raises and catches two KeyErrors (0.2 vs 0.8 us), and a realize()
-# reads three. (A PyDLL call holds the GIL, so no Python thread changes the environment under it.)
-c_getenv = ctypes.PyDLL(None).getenv
-c_getenv.argtypes, c_getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+  return setting(key, value, least) if (value := os.environ.get(key)) else default
 @functools.lru_cache(maxsize=256)  # each read is parsed once
 def setting(key:str, value:str, least:int) -> int:
   try: n = int(value)
   except ValueError: n = least - 1  # not a number: as wrong as one too small
   if n < least: raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
   return n
-
-class cached:
-  """functools.cached_property without the lock Python 3.11 takes on each first read (3.12 dropped it): the value is
-  computed on the first read and kept in the object's __dict__, where later reads find it first. Two threads reading
-  it at once may both compute it, which is harmless for a pure function of an immutable object."""
-  def __init__(self, fn:Callable): self.fn, self.name = fn, fn.__name__
-  def __get__(self, obj, cls=None):
-    if obj is None: return self
-    obj.__dict__[self.name] = value = self.fn(obj)
-    return value
 
 @functools.cache
 def threads() -> int: return getenv("THREADS", os.cpu_count() or 1, least=1)  # CPU threads a big kernel splits across
@@ -153,10 +137,6 @@ class Ops(IntEnum):
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
   AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
 
-# Python 3.11 looks up every attribute of an Enum class through EnumType's __getattr__ hook, 0.1 us each (3.12 has no
-# hook), and passes ask for ops all the time: the members, on a plain class of the same name
-def plain(enum:type) -> type: return type(enum.__name__, (), dict(enum.__members__))
-Ops = plain(Ops)
 
 class GroupOp:
   ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX,
@@ -170,7 +150,6 @@ class AxisType(Enum):
   every thread of a GPU block, a row's columns). A kernel's name lists its axes in this order."""
   THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
   UNROLL = auto()
-AxisType = plain(AxisType)
 
 class Axis(NamedTuple):  # a RANGE's arg
   id: int  # every range of the process has its own: ranges of different kernels never merge
@@ -240,7 +219,7 @@ class UOpMeta(type):
   lives as long as something holds it; when it dies, its reference's callback drops the entry (and what the key holds,
   such as a BUFFER's memory)."""
   nodes: dict[tuple, NodeRef] = {}
-  lock = threading.Lock()  # for replacing a dead entry: two threads building the same node must get one object
+  lock = threading.RLock()  # for replacing or dropping a dead entry: two threads building one node get one object
   def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
     key = (op, dtype, src, arg if type(arg) is not float else _key(arg))
     if (ref := UOpMeta.nodes.get(key)) is not None and (u := ref()) is not None: return u
@@ -255,10 +234,11 @@ class UOpMeta(type):
           UOpMeta.nodes[key] = ref
     return u
   @staticmethod
-  def forget(ref:NodeRef, nodes=nodes, remove=_remove_dead_weakref):
-    # drops the entry only if it still holds a dead reference, atomically: a node built again for the key in the
-    # meantime stays. (It runs at exit too, after this module's names are gone: it reads only what it was given.)
-    remove(nodes, ref.key)
+  def forget(ref:NodeRef, nodes=nodes, lock=lock):
+    # drops the entry only if it still holds this dead reference: a node built again for the key in the meantime stays.
+    # (It runs at exit too, after this module's names are gone: it reads only what it was given.)
+    with lock:
+      if nodes.get(ref.key) is ref: del nodes[ref.key]
 
 class NodeRef(weakref.ref):  # a weak reference to a node that knows its key in UOpMeta.nodes
   __slots__ = ("key",)
@@ -294,7 +274,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
 
   @property
   def toposort(self) -> list[UOp]: return self._sources + [self]
-  @cached
+  @functools.cached_property
   def _sources(self) -> list[UOp]:
     """Every node this one depends on, sources first (itself left out: a node that held itself would never be freed).
     Iterative: long elementwise chains would overflow recursion."""
@@ -307,7 +287,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
         stack.append((u, True))
         stack.extend((s, False) for s in reversed(u.src) if s not in seen)
     return order
-  @cached
+  @functools.cached_property
   def shape(self) -> tuple[int, ...]:
     """The shape of a tensor-level node; ALU sources already share one."""
     if self.op in (Ops.BUFFER, Ops.PARAM): return (self.arg.size,)
@@ -316,7 +296,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.VIEW: return self.arg.shape
     if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
     return self.src[-1].shape
-  @cached
+  @functools.cached_property
   def key(self) -> tuple:
     """A structural key, the same in every process: orders the terms of a sum, and keys the program cache."""
     for u in self._sources:  # sources first, so a long chain doesn't recurse
@@ -354,7 +334,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return 1
 
   # value bounds of int expressions: what index simplification and gate removal reason with
-  @cached
+  @functools.cached_property
   def bounds(self) -> tuple:
     if self.op is Ops.CONST: return (self.arg, self.arg)
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
@@ -625,11 +605,11 @@ class View:
   offset: int = 0
   mask: tuple[tuple[int, int], ...]|None = None
   def __hash__(self): return self._hash  # a view is hashed each time a node holding it is built: once is enough
-  @cached
+  @functools.cached_property
   def _hash(self) -> int: return hash((self.shape, self.strides, self.offset, self.mask))
   @staticmethod
   def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
-  @cached
+  @functools.cached_property
   def is_contiguous(self) -> bool:
     return self.offset == 0 and self.mask is None and self.strides == strides_for(self.shape)
 
@@ -679,7 +659,7 @@ class View:
 class ShapeTracker:
   views: tuple[View, ...]
   def __hash__(self): return self._hash
-  @cached
+  @functools.cached_property
   def _hash(self) -> int: return hash(self.views)
   # graphs are built again and again with the same shapes: each view is made once, and found after (then a node that
   # holds it is found by identity)
@@ -688,7 +668,7 @@ class ShapeTracker:
   def contiguous(shape:tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(shape),))
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
-  @cached
+  @functools.cached_property
   def is_contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].is_contiguous
   def index(self, idxs:Sequence[UOp]) -> tuple[UOp, UOp|None]:
     """Address and validity of an element: evaluate the outer view, then unravel its address into each inner view."""
@@ -3373,3 +3353,20 @@ def reuse_bytes() -> int:
   """Bytes of freed buffers a device keeps: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; with LRU=0, none."""
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
+
+# Python 3.11 (3.12 has neither cost): an Enum class looks up every attribute through EnumType's __getattr__ hook, 0.1
+# us each, and passes ask for ops all the time, so the members go on a plain class of the same name; and
+# functools.cached_property takes a lock on each first read, so UOp's and View's computed fields use one that doesn't
+# (two threads reading a field at once may both compute it: harmless for a pure function of an immutable object).
+# Without them, a model step's realize() (an MLP's and a decoder's, batch 1) is 13-17% slower.
+def plain(enum:type) -> type: return type(enum.__name__, (), dict(enum.__members__))
+Ops, AxisType = plain(Ops), plain(AxisType)
+class cached:
+  def __init__(self, fn:Callable): self.fn, self.name = fn, fn.__name__
+  def __get__(self, obj, cls=None):
+    if obj is None: return self
+    obj.__dict__[self.name] = value = self.fn(obj)
+    return value
+for cls in (UOp, View, ShapeTracker):
+  for name, prop in list(vars(cls).items()):
+    if isinstance(prop, functools.cached_property): setattr(cls, name, cached(prop.func))
