@@ -28,7 +28,7 @@ import warnings
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
@@ -1232,28 +1232,43 @@ class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer i
   index: int
   size: int
 
-def structure(roots:list[UOp], device:str) -> tuple[tuple, list[Buffer], list[UOp]]:
-  """The graph as a plan sees it, in one walk that builds no nodes: a row for each node, its sources by row number.
-  A buffer it reads is a slot (its row: BUFFER, dtype, slot number, size, view), numbered in the order the walk
-  meets them, and a result realized before is read from its buffer (the walk stops there). Graphs of one structure
-  have equal rows, whatever buffers they hold: the rows are the plan's key. Also returned: the buffers by slot, and the
-  nodes by row."""
+class Node(NamedTuple):  # a row of a structure: a node computed from earlier rows
+  op: Ops
+  dtype: DType
+  arg: Any  # as a key: -0.0, 0.0 and nan apart
+  srcs: tuple[int, ...]
+
+class Read(NamedTuple):  # a row of a structure: a view of one of the graph's buffers, read from memory
+  dtype: DType
+  slot: int  # which buffer: the walk numbers them in the order it meets them
+  size: int
+  view: ShapeTracker
+
+class Structure(NamedTuple):  # what a plan is made for, and found by
+  device: str
+  rows: tuple[Node|Read, ...]
+  roots: tuple[int, ...]
+
+def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], list[UOp]]:
+  """The graph as a plan sees it, in one walk that builds no nodes: a row for each node, its sources by row number. A
+  result realized before is read from its buffer (the walk stops there). Graphs of one structure have equal rows,
+  whatever buffers they hold. Also returned: the buffers by slot, and the nodes by row."""
   slots: dict[Buffer, int] = {}
   rows, nodes, row = [], [], {}  # row: node -> its row number
   stack = [(r, False) for r in roots]  # (node, whether its sources have rows)
   while stack:
     u, ready = stack.pop()
     if u in row: continue
-    if ready: rows.append((u.op, u.dtype, _key(u.arg), *map(row.__getitem__, u.src)))
+    if ready: rows.append(Node(u.op, u.dtype, _key(u.arg), tuple(map(row.__getitem__, u.src))))
     elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
-      b = view.src[0].arg  # a view of a buffer: read from memory
-      rows.append((Ops.BUFFER, view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg))
+      b = view.src[0].arg
+      rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg))
     else:
       stack += [(u, True)] + [(s, False) for s in u.src]
       continue
     row[u] = len(nodes)
     nodes.append(u)
-  return (device, *rows, tuple(row[r] for r in roots)), list(slots), nodes
+  return Structure(device, tuple(rows), tuple(row[r] for r in roots)), list(slots), nodes
 
 @dataclass
 class Plan:
@@ -1269,7 +1284,7 @@ class Plan:
     bufs = buffers + [Buffer(device, size, dtype) for size, dtype in self.made]
     if (launches := self.programs.get(settings := (getenv("NOOPT"), getenv("BEAM")))) is None:
       launches = self.programs[settings] = load(self.items, device, lambda b: b.arg.index)
-    launch(Device[device], launches, bufs)
+    launch(loaded(launches, device), bufs)
     return bufs
 
 class Bounded(dict):
@@ -1281,24 +1296,25 @@ class Bounded(dict):
 
 plans: Bounded = Bounded()  # structure -> its plan
 
-def planned(key:tuple, nodes:list[UOp]) -> Plan:
+def planned(key:Structure, nodes:list[UOp]) -> Plan:
   """The plan of this structure (these nodes have it), made once."""
   if (found := plans.get(key)) is None: found = plans[key] = plan(key, nodes)
   return found
 
-def plan(key:tuple, nodes:list[UOp]) -> Plan:
+def plan(key:Structure, nodes:list[UOp]) -> Plan:
   """The kernels for every graph of this structure (these nodes have it), over slots: the graph's own buffers first,
   then one for each node stored to memory. What each kernel stores is named by its row."""
   graph: list[UOp] = []
-  for r, u in zip(key[1:-1], nodes):
-    if r[0] is Ops.BUFFER: graph.append(UOp(Ops.VIEW, r[1], (UOp(Ops.BUFFER, r[1], (), Slot(r[2], r[3])),), r[4]))
-    else: graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r[3:]), u.arg))
-  sink = split = UOp(Ops.SINK, None, tuple(graph[i] for i in key[-1]))
+  for r, u in zip(key.rows, nodes):
+    if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg))
+    else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
+  sink = split = UOp(Ops.SINK, None, tuple(graph[i] for i in key.roots))
   if any(u.op is Ops.REDUCE_AXIS for u in graph):
-    split = rebuild(sink, lambda u, new: pack(split_reduce(new, key[0]), key[0]) if u.op is Ops.REDUCE_AXIS else new)
+    split = rebuild(sink, lambda u, new: pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS
+                    else new)
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
-  first = len({r[2] for r in key[1:-1] if r[0] is Ops.BUFFER})  # the graph's own: every one is read
+  first = len({r.slot for r in key.rows if isinstance(r, Read)})  # the graph's own: every one is read
   views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
                   ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
   items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
@@ -1307,7 +1323,7 @@ def plan(key:tuple, nodes:list[UOp]) -> Plan:
     item.outs |= {root: item.outs[new] for root, new in zip(sink.src, split.src) if new in item.outs}
     item.outs = {rows[u]: view for u, view in item.outs.items() if u in rows}
   held = {r: view for item in items for r, view in item.outs.items()}
-  return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key[-1]])
+  return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key.roots])
 
 def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
   """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
@@ -2976,11 +2992,11 @@ program_cache: dict[tuple[UOp, str, int, int], Program] = {}  # (ast, device, NO
 def to_program(ast:UOp, device:str) -> Program:
   """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
   UOps), else lowered now. The cache equals the AST, so an equal AST is the same object: found at once."""
-  key = (ast, device, getenv("NOOPT"), getenv("BEAM"))
+  key = (ast, device, noopt := getenv("NOOPT"), beam_width := getenv("BEAM"))
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
     stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
-             f"NOOPT={key[2]} BEAM={key[3]}\n{text(ast)}".encode()
+             f"NOOPT={noopt} BEAM={beam_width}\n{text(ast)}".encode()
     runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep; BEAM times no UOps
     if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
       prog = lower(ast, target, device if runs_source else None)
@@ -2994,6 +3010,7 @@ def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line,
   return "\n".join(f"{u.op.name} {u.dtype} {u.arg!r} {[line[s] for s in u.src]}" for u in line)
 
 class Launch(NamedTuple):  # one kernel of a run: its program, and where its buffers are among the run's
+  device: str
   prog: Program
   slots: list[int]  # outputs first
   outputs: int
@@ -3003,25 +3020,29 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Runs bound kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
   bufs = list(dict.fromkeys(b for item in items for b in item.bufs))
   slots = {b: i for i, b in enumerate(bufs)}
-  total = launch(Device[bufs[0].device], load(items, bufs[0].device, slots.__getitem__), bufs, wait) if items else 0.0
+  total = launch(loaded(load(items, bufs[0].device, slots.__getitem__), bufs[0].device), bufs, wait) if items else 0.0
   for item in items:
     for u, view in item.outs.items(): remember(u, view)
   return total
 
-def launch(dev:Compiled, launches:list[Launch], bufs:list[Buffer], wait:bool=False) -> float:
-  """Runs a run's kernels in order on its buffers; with wait (or DEBUG>=2) each is timed on the device, and the total
-  is returned. A program is looked up as it launches: the device's cache decides how long one stays loaded."""
+def loaded(launches:list[Launch], device:str) -> Iterator[tuple[Callable, Launch]]:
+  """Each kernel with its loaded program, looked up as it launches: the device's cache decides how long one stays."""
+  dev = Device[device]
+  return ((dev.loaded(l.prog) or dev.program(l.prog), l) for l in launches)
+
+def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bool=False) -> float:
+  """The one loop every kernel runs through (a plan's, a TinyJit replay's, a RawKernel): each on its buffers, by slot.
+  With wait (or DEBUG>=2, or in a TinyJit's capture) each is timed on the device, and the total is returned."""
   debug, capture, total = getenv("DEBUG"), capturing.now, 0.0
-  for i, l in enumerate(launches):
+  for i, (fn, l) in enumerate(kernels):
     if debug >= 4: print(l.prog.src)
-    fn = dev.loaded(l.prog) or dev.program(l.prog)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
             wait=wait or debug >= 2 or capture is not None)  # (a buffer is allocated when a kernel first uses it)
     if capture is not None: capture.launches.append((fn, l, bufs)); capture.seconds += tm
     if debug >= 2:
       flops, moved = l.prog.info
-      print(f"*** {dev.name:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} tm {tm*1e6:9.2f}us "
-            f"({flops/tm*1e-9:8.2f} GFLOP/s {moved/tm*1e-9:8.2f} GB/s) {l.prog.opts}")
+      print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
+            f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {moved/tm*1e-9:8.2f} GB/s) {l.prog.opts}")
     total += tm or 0.0
   return total
 
@@ -3031,8 +3052,8 @@ def load(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> lis
   dev, launches, compiles = Device[device], [], []
   for item in items:
     if item.empty: continue
-    launches.append(Launch(prog := to_program(item.ast, device), [slot(b) for b in item.bufs], len(item.ast.src),
-                           item.why))
+    prog = to_program(item.ast, device)
+    launches.append(Launch(device, prog, [slot(b) for b in item.bufs], len(item.ast.src), item.why))
     if dev.loaded(prog) is None: compiles.append(compile_pool(os.getpid()).submit(dev.program, prog))
   for c in compiles: c.result()
   return launches
@@ -3047,9 +3068,9 @@ class RawKernel:
     if self.device == "PYTHON":
       raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
     self.fn = Device[self.device].program(self.prog)
-  def __call__(self, *tensors:Tensor, wait:bool=True) -> float|None:
-    return self.fn(*[t.buffer().buf for t in tensors], global_size=self.prog.global_size,
-                   local_size=self.prog.local_size, wait=wait)
+  def __call__(self, *tensors:Tensor, wait:bool=True) -> float:
+    bufs = [t.buffer() for t in tensors]  # (each written as it is read: a TinyJit replay keeps them all)
+    return launch([(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), 0, "raw"))], bufs, wait)
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
   """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
@@ -3175,10 +3196,7 @@ class Replay:
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
-    mem = [b.buf for b in bufs]
-    for fn, l in self.launches:
-      fn(*[mem[i] for i in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size)
-    if capturing.now is not None: capturing.now.launches += [(fn, l, bufs) for fn, l in self.launches]  # (a jit's)
+    launch(self.launches, bufs)
     return mapped(self.outputs, lambda o: Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device), Output)
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
