@@ -315,6 +315,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def buf(self) -> UOp: return self.src[0]
   @property
+  def memory(self) -> UOp:  # LOAD, STORE: the buffer it accesses (through a BARRIER: the buffer as it leaves it)
+    return self.buf.buf if self.buf.op is Ops.BARRIER else self.buf
+  @property
   def addr(self) -> UOp: return self.src[1]
   @property
   def value(self) -> UOp: return self.src[2]
@@ -2254,7 +2257,7 @@ def to_accumulators(sink:UOp) -> UOp:
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside the
   output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
   column of the row, is computed once a row."""
-  free, done = free_ranges(sink), {}
+  free, done, after = free_ranges(sink), {}, {}
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
@@ -2271,7 +2274,14 @@ def to_accumulators(sink:UOp) -> UOp:
                  for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in inside[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
-  return substitute(sink, done)
+    after.update({st.buf: body[0] for st in inside[rs] if st.op is Ops.STORE})
+  # a load of a buffer the kernel stores values into (see reread) reads it as those stores, or the loop they are in,
+  # leave it: a BARRIER of the buffer after them
+  sink = substitute(sink, done)
+  after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and
+            not any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)}
+  return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, after[x.buf])),) + x.src[1:])
+                           for x in sink.toposort if x.op is Ops.LOAD and x.buf in after})
 
 def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value varies with (a reduce's own are bound)
   free: dict[UOp, frozenset] = {}
@@ -2312,7 +2322,7 @@ def stream(sink:UOp, dev:Target) -> UOp:
   (1.2x). The renderer ends such a kernel with a fence, which orders them before it returns."""
   if not dev.streams: return sink
   nodes = sink.toposort
-  read = {u.buf for u in nodes if u.op is Ops.LOAD}
+  read = {u.memory for u in nodes if u.op is Ops.LOAD}
   def streams(st:UOp) -> bool:
     return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
       st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and \
@@ -2347,25 +2357,12 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     for s in set(u.src): users[s].append(u)
   waiting = {u: len(set(u.src)) for u in order}
-  # memory order: a load from a buffer the kernel writes waits for the stores to it that read nothing from it (see
-  # reread: the values the loads read back), and runs in the output loops they ran in (a row's values, kept in a row
-  # on the stack, are read in that row, even where the load's address doesn't vary with it)
-  memory, after = (Ops.PARAM, Ops.DEFINE_LOCAL), set()
-  loads = [u for u in order if u.op is Ops.LOAD and u.buf.op in memory]
-  for st in (u for u in order if u.op is Ops.STORE and u.buf.op in memory):
-    if not any(ld.buf is st.buf for ld in st.toposort if ld.op is Ops.LOAD):
-      for ld in (ld for ld in loads if ld.buf is st.buf):
-        users[st].append(ld)
-        waiting[ld] += 1
-        after.add(ld)
   # ready to emit, earliest in order first: work by the loops it needs, an END by the loop it closes (ranges: below)
   work: dict[tuple, list] = defaultdict(list)
   ends: dict[UOp, list] = defaultdict(list)
   def ready(u:UOp):
     if u.op is Ops.END: heapq.heappush(ends[u.src[0]], (pos[u], u))
-    elif u.op not in (Ops.RANGE, Ops.SINK):
-      if u in after: need[u] = sorted({*need[u], *(r for r in stack if r.kind in output_loops)}, key=depth.__getitem__)
-      heapq.heappush(work[tuple(need[u])], (pos[u], u))
+    elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], (pos[u], u))
   done, out, stack = set(), [], []
   def emit(u:UOp):
     out.append(u); done.add(u)
@@ -2450,7 +2447,7 @@ class Renderer:
         raise NotImplementedError(f"the {self.name} renderer has no rule for {u.op.name} of {u.dtype}")
       if u.op is Ops.END: depth -= 1
       nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
-      if u.op in _statements: lines.append("  " * depth + text)
+      if u.op in _statements: lines += ["  " * depth + text] if text else []  # (the CPU's barrier: one thread)
       elif u.op is Ops.CONST: names[u] = text
       elif uses[u] == 1 and u.op is not Ops.LOAD and nest <= 16:  # inline, but shallow: compilers parse long chains
         names[u], inlined[u] = text, nest                          # by recursion, and people read short lines
@@ -2812,7 +2809,7 @@ class Thread:
     """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
     size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
     buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
-    buf = u.buf.buf if u.buf.op is Ops.BARRIER else u.buf  # shared memory read after a barrier
+    buf = u.memory
     size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
     if not 0 <= addr <= (size if shared else padded(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
