@@ -19,7 +19,7 @@ Sections:
 One realize(), call by call:
   Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (kernel_outputs, kernel_inputs,
   group_outputs, _kernel: each kernel's AST) -> Plan.run -> load -> to_program -> lower (ranged, optimize, finish:
-  to_cpu or to_gpu, expand, to_accumulators, add_loops, narrow_index, stream, linearize) -> Renderer.render ->
+  to_cpu or to_gpu, to_lanes, to_accumulators, add_loops, narrow_index, stream, linearize) -> Renderer.render ->
   Compiled.program (compile, disk cache) -> launch."""
 from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
@@ -167,7 +167,7 @@ class Param(NamedTuple):  # a PARAM's arg: one buffer of a kernel
   @property
   def name(self) -> str: return f"data{self.slot}"
 
-class Shared(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory
+class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (the CPU) a row on the stack
   id: int
   size: int  # elements
 
@@ -860,7 +860,7 @@ class Tensor:
     return (x ^ (x >> 16)).reshape(shape)
   @staticmethod
   def _place(start:int, device=None) -> Tensor:
-    """Where a rand call starts in the seeded stream, as data, not a constant in the source, so that every rand call
+    """Where a rand call starts in the seeded sequence, as data, not a constant in the source, so that every rand call
     runs the same compiled kernel. A TinyJit capturing notes it, and each replay writes its own call's place."""
     t = Tensor.empty(1, dtype=dtypes.uint32, device=device)
     (buf := t.buffer()).copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
@@ -1286,7 +1286,7 @@ class Plan:
     """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
     bufs = buffers + [Buffer(device, size, dtype) for size, dtype in self.made]
     if (launches := self.programs.get(settings := (getenv("NOOPT"), getenv("BEAM")))) is None:
-      launches = self.programs[settings] = load(self.items, device, lambda b: b.arg.index)
+      launches = self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
     launch(loaded(launches, device), bufs)
     return bufs
 
@@ -1368,10 +1368,10 @@ def split_reduce(r:UOp, device:str) -> UOp:
   if size < 2**15 or prod(kept) >= 256: return r
   x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
   target = Device.target(device)
-  w, most = target.width, min(4096, max(256, size // 4096)) if target.has_local else 256
+  w, most = target.width, min(4096, max(256, size // 4096)) if target.gpu else 256
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
-  cores = 1 if target.has_local else target.cores
+  cores = 1 if target.gpu else target.cores
   unit, parts = min(splits, key=lambda s: s[1] % cores != 0, default=(4 * w, most))
   x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
   partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
@@ -1384,7 +1384,7 @@ def pack(r:UOp, device:str) -> UOp:
   1.5x; a 512 x @ w.T: 5x). Only for a b broadcast over 32 output rows or more, with a reduce of 64 or more: the copy
   is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
   target = Device.target(device)
-  if target.has_local or r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or r.src[0].op is not Ops.MUL or \
+  if target.gpu or r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or r.src[0].op is not Ops.MUL or \
      len(r.src[0].shape) < 3 or tuple(r.arg[1]) != (len(r.src[0].shape) - 1,): return r
   tile = 4 * target.width
   def packed(b:UOp) -> UOp:
@@ -1551,7 +1551,7 @@ class Target(NamedTuple):
   width: int      # lanes of its vectors, one of widths
   streams: int = 0  # bytes of the widest store past the cache the CPU has (x86's non-temporal stores); 0: none
   @property
-  def has_local(self) -> bool: return self.renderer.has_local
+  def gpu(self) -> bool: return self.renderer.gpu
 
 def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
   """The kernel's program: its opts chosen by the heuristic, or with BEAM=n and a device to time them on, searched."""
@@ -1561,17 +1561,19 @@ def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
 
 def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row loops on GPUs: what opts split
   sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
-  return row_loops(sink) if target.has_local else reread(sink, target)
+  return row_loops(sink) if target.gpu else reread(sink, target)
 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
-  for step in (to_gpu if target.has_local else to_cpu, functools.partial(expand, dev=target), simplify,
+  for step in (to_gpu if target.gpu else to_cpu, functools.partial(to_lanes, dev=target), simplify,
                to_accumulators, simplify, add_loops, narrow_index, functools.partial(stream, dev=target)):
     sink = step(sink)
   uops = linearize(sink)
-  bufs = sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)  # all, read or not
-  src = target.renderer.render(name, uops, bufs)
+  src = target.renderer.render(name, uops, params(ast))
   return Program(name, src, uops, *launch_dims(uops), _cost(ast), " ".join(map(str, opts)))
+
+def params(ast:UOp) -> list[UOp]:  # a kernel's buffers in launch order: all of them, even one whose every read folded
+  return sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
 
 def kernel_name(sink:UOp) -> str:  # its kind (E: elementwise, r: reduce) and the size of each axis
   rs = sorted((r for r in sink.toposort if r.op is Ops.RANGE), key=lambda r: (r.kind.value, r.arg.id))
@@ -1623,18 +1625,18 @@ def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
   while stack:
     key = stack[-1]
     if key in memo: stack.pop()
-    elif key not in plan: plan[key] = _sources(*key); stack.extend(k for k in plan[key] if k not in memo)
+    elif key not in plan: plan[key] = _sources_at(*key); stack.extend(k for k in plan[key] if k not in memo)
     else: stack.pop(); memo[key] = _value(*key, plan[key], [memo[k] for k in plan[key]])
   return memo[(u, idxs, valid)]
 
-def _view(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
+def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
   addr, inner = u.arg.index(idxs)
   return addr, inner, all_of(valid, inner)
 
-def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
+def _sources_at(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
   """Which (node, index, gate) the value of u at idxs is made from."""
   if u.op is Ops.VIEW:
-    addr, _, gate = _view(u, idxs, valid)
+    addr, _, gate = _indexed(u, idxs, valid)
     if u.src[0].op in (Ops.PARAM, Ops.CONST): return []
     # simplified, so a node read through two views at one index (a row's max, in its sum and its outputs) is one node
     return [(u.src[0], tuple(simplify(i) for i in unravel(addr, u.src[0].shape)), gate)]
@@ -1646,7 +1648,7 @@ def _sources(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
 
 def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:list[UOp]) -> UOp:
   if u.op is Ops.VIEW:
-    addr, inner, gate = _view(u, idxs, valid)
+    addr, inner, gate = _indexed(u, idxs, valid)
     if u.src[0].op is Ops.PARAM: return UOp(Ops.LOAD, u.dtype, (u.src[0], addr)).gated(gate)
     out = u.src[0] if u.src[0].op is Ops.CONST else vals[0]
     return out if inner is None else inner.where(out, out.const_like(0))
@@ -1822,17 +1824,17 @@ def row_loops(sink:UOp) -> UOp:
 def reread(sink:UOp, dev:Target) -> UOp:
   """A row program computes a dear value twice: once in a reduce's loop, again for the row's outputs (a softmax row's
   exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it into
-  the output, and the outputs read it back from there, in cache: a load for ~25 operations. An output big enough to go
-  past the cache (see stream) keeps the values in a row of its own on the stack instead, where the row fits in
-  ROW_BYTES, so the output is written once and never read: a softmax of 4096x1024 moves 32 MB, not 48. (A cached
-  output gains nothing from the row: its stores would only move there.) The same loop fetches the next row's inputs as
-  it goes (PREFETCH): a row of 4 KB starts on a page, where the hardware's prefetcher stops, and the loop's operations
-  hide the fetch. Together 1.15x from memory, 1.4x from a warm cache.
+  the output, and the outputs read it back from there, in cache: a load for the 35 operations of an exp2 (see
+  approximations). An output big enough to go past the cache (see stream) keeps the values in a row of its own on the
+  stack instead, where the row fits in ROW_BYTES, so the output is written once and never read: a softmax of 4096x1024
+  moves 32 MB, not 48. (A cached output gains nothing from the row: its stores would only move there.) The same loop
+  fetches the next row's inputs as it goes (PREFETCH): a row of 4 KB starts on a page, where the hardware's prefetcher
+  stops, and the loop's operations hide the fetch. Together 1.15x from memory, 1.4x from a warm cache.
   On CPUs: a GPU computes exp2 in one instruction, and its threads would read each other's columns. Only where rows
   are the outer ranges (threads then split the rows, each owning its rows' columns: see thread_opts), where the
   reduce's accumulator lives in every row loop of the output (so the store has all of them open), the output store is
   ungated, and the kernel reads nothing else from that buffer; to_accumulators puts the store in the reduce's loop,
-  linearize the load after it."""
+  and the load after the loop."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
@@ -1850,7 +1852,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
         buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
         if dev.streams and st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES and \
            size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by the column's place in it
-          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Shared(u.src[1].arg.id, padded(size)))
+          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, padded(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
         row = max(rows, key=lambda r: r.arg.id)  # the innermost; the last row fetches itself: no address past the end
@@ -1899,7 +1901,7 @@ def apply_opts(sink:UOp, opts:Sequence[Opt]) -> tuple[UOp, tuple[Opt, ...]]:
 
 def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
   """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
-  for step in (local_opts,) if dev.has_local else (tile_order, thread_opts):
+  for step in (local_opts,) if dev.gpu else (tile_order, thread_opts):
     more = step(sink, dev)
     sink, opts = apply_opts(sink, more)[0], opts + tuple(more)
   return sink, opts
@@ -1943,14 +1945,14 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
   inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
   if cols := ranges(sink, AxisType.LOOP):  # a block per row: its threads share each reduce, then the last column
-    threads = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
-    return [Opt(AxisType.GROUP, r, threads) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], threads)]
+    block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
+    return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
   out_size = prod(r.size for r in glob)
   rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
   # a GPU: a block per output where a thread each would leave it idle (2048 outputs or fewer, or 16384 with rows long
   # enough to share: the 10 columns of an MLP's last matmul)
-  if dev.has_local and red and (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows):
+  if dev.gpu and red and (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows):
     # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
     # their groups run in turn, on one thread id
     shared = [red[-1]] if _nested(sink) else inner
@@ -1963,11 +1965,11 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
     # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
-    n = 4 * w if not dev.has_local and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
+    n = 4 * w if not dev.gpu and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
       _side_by_side(sink, r) else 4
     # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide memory latency behind each other
-    threads = out_size // (prod(o.amount for o in opts) * n)
-    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.has_local or threads >= 2**16) and \
+    launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
+    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
        _may_be_lanes(sink, r):
       opts.append(Opt(AxisType.UPCAST, r, n))
   tile = bool(opts)
@@ -1977,7 +1979,7 @@ def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
   for r in inner:
-    amount = 4 if dev.has_local or tile else \
+    amount = 4 if dev.gpu or tile else \
       next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
@@ -2030,7 +2032,8 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
   reduced, free = {r for u in reduces for r in u.src[1:]}, free_ranges(sink)
   # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row), times
-  # the float operations in the kernel (an exp is ~25): a rough weight, the same for every loop of it
+  # the float operations in the kernel (an exp2 is 35 of them, see approximations): a rough weight, the same for every
+  # loop of it
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
   ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and dtypes.is_float(u.dtype))
@@ -2039,8 +2042,8 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   # columns never: each thread would compute the row's reduces), else the outermost; in whole chunks: a tail would
   # gate every load of the loop
   for r in [r for r in glob if all(r in free[u] for u in reduces)] or glob[:1]:
-    if threads := next((t for t in range(min(dev.cores, r.size), 1, -1) if r.size % t == 0), None):
-      return [Opt(AxisType.THREAD, r, threads)]
+    if chunks := next((t for t in range(min(dev.cores, r.size), 1, -1) if r.size % t == 0), None):
+      return [Opt(AxisType.THREAD, r, chunks)]
   return []
 
 # BEAM=n: the opts of each new kernel searched by timing candidates on the device itself, as tinygrad's BEAM does. The
@@ -2050,8 +2053,7 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   times every new one, and keeps the `width` fastest; it stops when a step finds none faster than the last. The
   heuristic's kernel is timed too, so a search never picks a slower one."""
   target = Device.target(device)
-  bufs = [Buffer(device, u.arg.size, u.dtype) for u in sorted((u for u in ast.toposort if u.op is Ops.PARAM),
-                                                              key=lambda u: u.arg.slot)]
+  bufs = [Buffer(device, u.arg.size, u.dtype) for u in params(ast)]
   def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[tuple[float, UOp, tuple[Opt, ...], Program]]:
     progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
     fns = compile_pool(os.getpid()).map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
@@ -2073,9 +2075,9 @@ def candidates(sink:UOp, dev:Target) -> list[Opt]:
   the heuristic's.)"""
   rs = ranges(sink)
   lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
-  threads = dev.has_local and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
-  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if threads else []), AxisType.LOOP: [AxisType.UPCAST],
-           AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if threads else [])}
+  blocks = dev.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
+  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []), AxisType.LOOP: [AxisType.UPCAST],
+           AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if blocks else [])}
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
     if kind in (AxisType.UPCAST, AxisType.UNROLL): return r.size % n == 0 and lanes * n <= 64
     return n <= dev.local_max
@@ -2094,7 +2096,7 @@ def _time(fn:Callable, prog:Program, bufs:list[Buffer]) -> float:
 # Lowering, step 5: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
 # ranges on GPUs, reductions become accumulators, and a vector's lanes at consecutive addresses become one access.
 
-def expand(sink:UOp, dev:Target) -> UOp:
+def to_lanes(sink:UOp, dev:Target) -> UOp:
   """Upcast and unrolled ranges become lanes. The one most float loads and stores run along, from an aligned base,
   becomes the lanes of vectors (as_vectors): one load, op or store for all of them. Any other upcast/unroll range of n
   is n copies of the code with the range set to 0..n-1: the compiler sees lanes. Unrolled lanes of a reduce each get
@@ -2217,7 +2219,7 @@ def share_reductions(sink:UOp) -> UOp:
     if not grp: return None
     g, rest = grp[0], tuple(r for r in u.src[1:] if r not in grp)
     partial = u.replace(src=(u.src[0],) + rest) if rest else u.src[0]
-    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), Shared(g.arg.id, g.size))
+    local = UOp(Ops.DEFINE_LOCAL, u.dtype, (), Local(g.arg.id, g.size))
     barrier = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, partial))))
     half = g.size // 2
     while half:
@@ -2295,10 +2297,10 @@ def narrow_index(sink:UOp) -> UOp:
   kernel over more than 2**31 elements never wraps and every other keeps 32-bit math. Thread ids are launch dims and
   stay int, widened where they are used."""
   wide = any(not -2**31 <= u.vmin <= u.vmax < 2**31 for u in sink.toposort if u.dtype == dtypes.index)
-  target = dtypes.long if wide else dtypes.int
+  index = dtypes.long if wide else dtypes.int
   def narrow(_, u:UOp) -> UOp:
-    if u.op is Ops.SPECIAL: return UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.size),), u.arg).cast(target)
-    return u.replace(dtype=target) if u.dtype == dtypes.index else u
+    if u.op is Ops.SPECIAL: return UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.size),), u.arg).cast(index)
+    return u.replace(dtype=index) if u.dtype == dtypes.index else u
   return rebuild(sink, narrow)
 
 def add_loops(sink:UOp) -> UOp:
@@ -2397,7 +2399,7 @@ class Names(dict):
 class Renderer:
   """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
   name: str
-  has_local: bool      # blocks of threads with shared memory (a GPU), or loops (the CPU)
+  gpu: bool            # blocks of threads with shared memory, or (the CPU) loops
   vector_ops: frozenset[Ops]  # ops it computes lane by lane on vectors (CUDA's float4 has none)
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
   param: str           # one buffer parameter: its {type} and {name}
@@ -2533,9 +2535,9 @@ def _cast(ctx:Names, u:UOp) -> str:
   return (f"({x}!={x}?0:{x}<={edge(lo)}?{_fmt_const(ctx, lo, u.dtype)}:{x}>={edge(hi + 1)}?"
           f"{_fmt_const(ctx, hi, u.dtype)}:({ctx.types[u.dtype]})({x}))")
 
+def _at(ctx:Names, u:UOp) -> str: return f"{ctx[u.buf]}+{ctx[u.addr]}"  # where a LOAD, STORE or PREFETCH is
 def _pointer(ctx:Names, u:UOp, dtype:DType) -> str:  # what a LOAD or STORE accesses: one value, or a vector of them
-  at = f"{ctx[u.buf]}+{ctx[u.addr]}"
-  return f"*(({ctx.buffer_prefix}{ctx.types[dtype]}*)({at}))" if dtype.count > 1 else f"*({at})"
+  return f"*(({ctx.buffer_prefix}{ctx.types[dtype]}*)({_at(ctx, u)}))" if dtype.count > 1 else f"*({_at(ctx, u)})"
 
 def _load(ctx:Names, u:UOp) -> str:
   if u.gate is None: return _pointer(ctx, u, u.dtype)
@@ -2544,7 +2546,7 @@ def _load(ctx:Names, u:UOp) -> str:
 
 def _store(ctx:Names, u:UOp) -> str:
   if u.arg == "stream":
-    return ctx.streams[u.value.dtype.itemsize].format(at=f"{ctx[u.buf]}+{ctx[u.addr]}", value=ctx[u.value])
+    return ctx.streams[u.value.dtype.itemsize].format(at=_at(ctx, u), value=ctx[u.value])
   store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
   return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
 
@@ -2610,7 +2612,7 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
-  (UPat(Ops.PREFETCH, name="u"), lambda ctx, u: f"__builtin_prefetch({ctx[u.buf]}+{ctx[u.addr]});"),  # (CPUs': reread)
+  (UPat(Ops.PREFETCH, name="u"), lambda ctx, u: f"__builtin_prefetch({_at(ctx, u)});"),  # (CPUs': reread)
   (UPat(Ops.SPECIAL, name="u"),
     lambda ctx, u: f"int {u.arg.name} = {ctx.ids[u.kind]}.{'xyz'[u.arg.dim]}; /* {u.size} */"),
   (UPat(Ops.RANGE, name="u"),
@@ -2634,7 +2636,7 @@ c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMP
 # C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give vectors
 # of any width, each declared where a kernel names it (float16 is 16 floats: C's half is _Float16)
 CPU = Renderer(
-  "CPU", has_local=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
+  "CPU", gpu=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
   launch_params=(), ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
   types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
@@ -2649,7 +2651,7 @@ CPU = Renderer(
               for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
 CUDA = Renderer(
-  "CUDA", has_local=True, vector_ops=frozenset(), kernel='extern "C" __global__ void __launch_bounds__({threads})',
+  "CUDA", gpu=True, vector_ops=frozenset(), kernel='extern "C" __global__ void __launch_bounds__({threads})',
   param="{type}* {name}", launch_params=(), ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"},
   lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
   types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
@@ -2659,7 +2661,7 @@ CUDA = Renderer(
            "half": ("#include <cuda_fp16.h>",)})
 
 METAL = Renderer(
-  "METAL", has_local=True, vector_ops=frozenset({Ops.ADD, Ops.MUL, Ops.NEG}), kernel="kernel void",
+  "METAL", gpu=True, vector_ops=frozenset({Ops.ADD, Ops.MUL, Ops.NEG}), kernel="kernel void",
   param="device {type}* {name}",
   launch_params=("uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"),
   ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
@@ -2936,7 +2938,7 @@ class _Device:
     threads every CUDA and Metal GPU allows), and its vector width: a GPU's float4, or what the CPU's compiler
     targets, with the stores past the cache it has."""
     renderer, local_max, width, streams = self.kinds[name][0], 1, 4, 0
-    if renderer.has_local: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
+    if renderer.gpu: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
     else: width, streams = self[name].runtime.width, self[name].runtime.streams
     return Target(renderer, local_max, threads(), width, streams)
   def __getitem__(self, name:str) -> Compiled:
@@ -3015,9 +3017,10 @@ class Launch(NamedTuple):  # one kernel of a run: its program, and where its buf
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   """Runs bound kernels in order; with wait (or DEBUG>=2) each is timed on the device, and the total is returned."""
+  if not items: return 0.0
   bufs = list(dict.fromkeys(b for item in items for b in item.bufs))
   slots = {b: i for i, b in enumerate(bufs)}
-  total = launch(loaded(load(items, bufs[0].device, slots.__getitem__), bufs[0].device), bufs, wait) if items else 0.0
+  total = launch(loaded(prepare(items, bufs[0].device, slots.__getitem__), bufs[0].device), bufs, wait)
   for item in items:
     for u, view in item.outs.items(): remember(u, view)
   return total
@@ -3043,7 +3046,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     total += tm or 0.0
   return total
 
-def load(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
+def prepare(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
   """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot. Each
   new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
   dev, launches, compiles = Device[device], [], []
@@ -3076,20 +3079,20 @@ def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
 # ---------------------------------------------------------------------------------------------------------------------
 # TinyJit: a function's kernels, captured once and replayed on new inputs with no Python in between but the launches.
 
-class Place(NamedTuple):  # where a rand call started in its stream (Tensor._place)
+class Place(NamedTuple):  # where a rand call started in its sequence (Tensor._place)
   start: int
   buffer: Buffer
 
 @dataclass
 class Capture:
   """One call of a TinyJit's function as it ran: each kernel it launched (its function, launch, and its run's
-  buffers), and what it made of Python data: a tensor's, by its hash, and rand's places in the stream."""
+  buffers), and what it made of Python data: a tensor's, by its hash, and rand's places in the sequence."""
   start: int  # rand's counter when the call began
   launches: list[tuple[Callable, Launch, list[Buffer]]] = field(default_factory=list)
   seconds: float = 0.0  # the time its kernels took on the device, each waited for
   data: list[int|Place] = field(default_factory=list)
   computed: set[UOp] = field(default_factory=set)  # the nodes it realized (see realized_view)
-  def made(self) -> list:  # the data, the same for calls that made the same (rand's places from where each began)
+  def fingerprint(self) -> list:  # its data, equal for calls that made the same (rand's places from where each began)
     return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
 
 class Capturing(threading.local):
@@ -3144,8 +3147,8 @@ class TinyJit:
     finally: call, capturing.now = capturing.now, outer
     if outer is not None:  # a jit around this one's
       outer.launches += call.launches; outer.data += call.data; outer.computed |= call.computed
-    if key not in self.first: self.first[key] = call.made()
-    elif call.made() != self.first[key]:
+    if key not in self.first: self.first[key] = call.fingerprint()
+    elif call.fingerprint() != self.first[key]:
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
                          "replay would read what the second made. Make it outside the function and pass it in.")
     else: self.replays[key] = Replay.of(call, given, out, self.returned)
@@ -3164,8 +3167,8 @@ class Replay:
   would have. What the function returned, with each tensor in it as an Output: the slot of its buffer, and its view."""
   made: list[tuple[str, int, DType]]
   held: list[Buffer]
-  places: list[tuple[int, int]]  # (slot, place in rand's stream counted from where the call began)
-  draws: int  # how far the call moved rand's stream
+  places: list[tuple[int, int]]  # (slot, place in rand's sequence counted from where the call began)
+  draws: int  # how far the call moved rand's sequence
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: Any
   @staticmethod
