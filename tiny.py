@@ -1406,40 +1406,46 @@ def pack(r:UOp, device:str) -> UOp:
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 
-def kernel_outputs(sink:UOp, stored:dict[UOp, str]|None=None) -> tuple[dict[UOp, str], dict[UOp, bool]]:
+class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the sources it fuses (those not stored)
+  reduce: bool          # a reduce is among them
+  pending: tuple|None   # a reduce not broadcast back yet: the shape of its rows, () if not rows (see _pending)
+  cost: int             # of one element
+  rows: frozenset       # the row reduces kept in its kernel
+
+def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
   recomputed (one read by several consumers, broadcast, or reduced again), and work dearer to recompute than to store
   (read through a broadcast, each element is computed once per copy: exp(x) in x.exp() @ w, once per output column).
   A reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax row's max, sum and
   outputs are one kernel, the row read again from cache (a CPU runs its loops in turn, row by row; a GPU block's
   threads share each, see row_loops). Not under a later reduce over other axes (x.softmax(-1).sum(0)): that would
-  compute the row again for each of its outputs, so the row's reduce is stored (`stored`: the decisions a first pass
-  found wrong). And for each node, whether its kernel holds a reduce."""
+  compute the row again for each of its outputs, so the row's reduce is stored, and the walk runs again. And for each
+  node, whether its kernel holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
-  realize = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
-  realize |= {u: "output" for u in sink.src if not _whole_buffer(u)} | (stored or {})
-  has_reduce: dict[UOp, bool] = {}
-  rows: dict[UOp, frozenset] = {}  # the row reduces kept in u's kernel
-  again: dict[UOp, str] = {}
-  pending: dict[UOp, tuple|None] = {}  # a reduce in u not broadcast back yet: the shape of its rows, () if not rows
-  cost: dict[UOp, int] = {}  # of one element, with what it fuses: the sources that aren't stored
-  for u in order:
-    has_reduce[u] = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in u.src if s not in realize)
-    pending[u] = _pending(u, [pending[s] for s in u.src if s not in realize])
-    cost[u] = (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(cost[s] for s in u.src if s not in realize)
-    rows[u] = frozenset().union(*[rows[s] for s in u.src if s not in realize])
-    if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in rows[u] if _axes(k) != _axes(u)}
-    if u in realize or u.op is Ops.SINK: continue
-    if pending[u] and all(_own_rows(c, pending[u]) for c in consumers[u]):  # computed once a row
-      if u.op is Ops.REDUCE_AXIS: rows[u] |= {u}
-      continue
-    if pending[u] is not None and (len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or
-                                   (c.op is Ops.VIEW and _expands(c.arg)) for c in consumers[u])): realize[u] = "reduce"
-    elif cost[u] * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
-  return kernel_outputs(sink, {**(stored or {}), **again}) if again else (realize, has_reduce)
+  stored: dict[UOp, str] = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
+  stored |= {u: "output" for u in sink.src if not _whole_buffer(u)}
+  while True:
+    realize, fused, again = dict(stored), {}, {}
+    for u in order:
+      srcs = [fused[s] for s in u.src if s not in realize]
+      f = fused[u] = Fused(u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
+                           _pending(u, [s.pending for s in srcs]),
+                           (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(s.cost for s in srcs),
+                           frozenset().union(*[s.rows for s in srcs]))
+      if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _axes(k) != _axes(u)}
+      if u in realize or u.op is Ops.SINK: continue
+      if f.pending and all(_own_rows(c, f.pending) for c in consumers[u]):  # computed once a row
+        if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
+        continue
+      spread = len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
+                                            for c in consumers[u])  # read by several, reduced again, or broadcast
+      if f.pending is not None and spread: realize[u] = "reduce"
+      elif f.cost * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
+    if not again: return realize, {u: f.reduce for u, f in fused.items()}
+    stored |= again
 
 def _axes(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
   return r.src[0].shape, tuple(sorted(r.arg[1]))
