@@ -269,6 +269,10 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def where(self, a:UOp, b:UOp) -> UOp: return self.alu(Ops.WHERE, a, b)
   def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
   def bitcast(self, dtype:DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))  # the same bits, read as dtype
+  def moved(self, *moves:tuple[str, Any]) -> UOp:  # through movement ops (View methods' names, their args): one VIEW
+    base, st = (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
+    for fn, arg in moves: st = st.apply(fn, arg)
+    return UOp(Ops.VIEW, self.dtype, (base,), st)
   def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
     return UOp(Ops.VIEW, self.dtype, (UOp(Ops.BUFFER, self.dtype, (), buf),), self.arg)
 
@@ -1031,11 +1035,7 @@ class Tensor:
     return m - m.exp().sum(axis, keepdim=True).log()
 
   # --- movement: each one a view change, no data moves
-  def _view(self, *moves:tuple[str, Any]) -> Tensor:  # movement ops (View methods' names, their args) as one view
-    u = self.uop
-    base, st = (u.src[0], u.arg) if u.op is Ops.VIEW else (u, ShapeTracker.contiguous(u.shape))
-    for fn, arg in moves: st = st.apply(fn, arg)
-    return self._like(UOp(Ops.VIEW, u.dtype, (base,), st))
+  def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._like(self.uop.moved(*moves))
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -1217,13 +1217,23 @@ class Tensor:
 # into its consumer. Each kernel's AST is a SINK of STOREs over PARAMs.
 
 @dataclass
-class ScheduleItem:
-  ast: UOp                     # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
-  bufs: list                   # outputs first, then inputs, in PARAM order: Buffers (or, in a plan, Slot BUFFERs)
-  outs: dict                   # computed node (in a plan, its row) -> the buffer view that holds it once this has run
-  why: str                     # why its outputs are stored (kernel_outputs' words), for DEBUG=2
+class Kernel:
+  """One kernel of a plan, over slots."""
+  ast: UOp          # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
+  bufs: list[UOp]   # outputs first, then inputs, in PARAM order: Slot BUFFERs
+  stores: dict      # what it computes (a node, then in the plan its row) -> the view of the slot that holds it
+  why: str          # why its outputs are stored (kernel_outputs' words), for DEBUG=2
   @property
   def empty(self) -> bool: return all(st.buf.arg.size == 0 for st in self.ast.src)  # its outputs hold nothing
+
+@dataclass
+class ScheduleItem:
+  """A plan's kernel bound to one graph's buffers: to show it, or to run it with run_schedule."""
+  ast: UOp
+  bufs: list[Buffer]  # outputs first, then inputs, in PARAM order
+  outs: dict          # computed node -> the view of the buffer that holds it once this has run
+  why: str
+  empty = Kernel.empty
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (all on one device), in the order they must run, on this graph's buffers:
@@ -1278,7 +1288,7 @@ class Plan:
   """The kernels of every graph of one structure (its ops, shapes, dtypes, constants, and which of its buffers are the
   same), over slots: the graph's own buffers, then one for each node a run stores. A constant is part of the
   structure: a new value is a new kernel, compiled once."""
-  items: list[ScheduleItem]     # over Slot BUFFERs; what each stores, by row
+  items: list[Kernel]           # what each stores, by row
   made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
@@ -1323,12 +1333,12 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
   rows = {u: i for i, u in enumerate(graph)}
   for item in items:  # a root that split_reduce rebuilt is held for the root it stands for; what is held, by row
-    item.outs |= {root: item.outs[new] for root, new in zip(sink.src, split.src) if new in item.outs}
-    item.outs = {rows[u]: view for u, view in item.outs.items() if u in rows}
-  held = {r: view for item in items for r, view in item.outs.items()}
+    item.stores |= {root: item.stores[new] for root, new in zip(sink.src, split.src) if new in item.stores}
+    item.stores = {rows[u]: view for u, view in item.stores.items() if u in rows}
+  held = {r: view for item in items for r, view in item.stores.items()}
   return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key.roots])
 
-def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
+def bind(items:list[Kernel], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
   """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
   made: dict[int, Buffer] = {}
   def buffer(b:UOp) -> Buffer:
@@ -1336,7 +1346,7 @@ def bind(items:list[ScheduleItem], buffers:list[Buffer], nodes:list[UOp], device
     if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
     return made[b.arg.index]
   return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
-                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.outs.items()}, item.why)
+                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.stores.items()}, item.why)
           for item in items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
@@ -1363,19 +1373,29 @@ def split_reduce(r:UOp, device:str) -> UOp:
   two of the device's vectors, or one, or 4 elements (vector loads, unrolled), then their combine. One kernel would be
   one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity (which
   gates every load: no vectors)."""
-  (op, axes), x = r.arg, Tensor(r.src[0], device=device)
+  (op, axes), x = r.arg, r.src[0]
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < 2**15 or prod(kept) >= 256: return r
-  x = x.permute([i for i in range(x.ndim) if i not in axes] + list(axes)).reshape(kept + (size,))
+  order = tuple(i for i in range(len(x.shape)) if i not in axes) + tuple(axes)
+  x = x.moved(("permute", order), ("reshape", kept + (size,)))
   target = Device.target(device)
   w, most = target.width, min(4096, max(256, size // 4096)) if target.gpu else 256
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
   cores = 1 if target.gpu else target.cores
   unit, parts = min(splits, key=lambda s: s[1] % cores != 0, default=(4 * w, most))
-  x = x.pad(((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), value=identity(op, x.dtype).arg)
-  partial = x.reshape(kept + (parts, x.shape[-1] // parts))._reduce_axis(op, (len(kept) + 1,)).contiguous()
-  return partial._reduce_axis(op, (len(kept),)).reshape(r.shape).uop
+  x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
+  partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
+                (op, (len(kept) + 1,)))
+  total = UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.CONTIGUOUS, x.dtype, (partial,)),), (op, (len(kept),)))
+  return total.moved(("reshape", r.shape))
+
+def _padded(x:UOp, grow:tuple, value:UOp) -> UOp:  # x padded, the padding holding value (a pad's own holds 0)
+  padded = x.moved(("pad", grow))
+  if value.arg == 0: return padded
+  ones = (1,) * len(x.shape)
+  inside = UOp.const(dtypes.bool, True).moved(("reshape", ones), ("expand", x.shape), ("pad", grow))
+  return inside.where(padded, value.moved(("reshape", ones), ("expand", padded.shape)))
 
 def pack(r:UOp, device:str) -> UOp:
   """A CPU matmul's tile reads 4 vectors of b's columns for each step of its reduce: a row of b a step, a page apart
@@ -1393,10 +1413,9 @@ def pack(r:UOp, device:str) -> UOp:
     (n, k), (n_stride, k_stride) = v.shape[-2:], v.strides[-2:]
     if v.mask is not None or any(v.strides[:-2]) or prod(v.shape[:-2]) < 32 or n % tile or k < 64 or \
        n_stride == 1 and k_stride * b.dtype.itemsize < 4096: return b
-    columns = Tensor(UOp(Ops.VIEW, b.dtype, b.src, ShapeTracker((View((n, k), (n_stride, k_stride), v.offset),))),
-                     device=device)
-    tiles = columns.reshape(n // tile, tile, k).permute(0, 2, 1).contiguous()  # (N/T, K, T)
-    return tiles.permute(0, 2, 1).reshape((1,) * (len(v.shape) - 2) + (n, k)).expand(*v.shape).uop
+    columns = UOp(Ops.VIEW, b.dtype, b.src, ShapeTracker((View((n, k), (n_stride, k_stride), v.offset),)))
+    tiles = UOp(Ops.CONTIGUOUS, b.dtype, (columns.moved(("reshape", (n // tile, tile, k)), ("permute", (0, 2, 1))),))
+    return tiles.moved(("permute", (0, 2, 1)), ("reshape", (1,) * (len(v.shape) - 2) + (n, k)), ("expand", v.shape))
   srcs = tuple(packed(b) for b in r.src[0].src)
   return r if srcs == r.src[0].src else r.replace(src=(r.src[0].replace(src=srcs),))
 
@@ -1489,13 +1508,13 @@ def group_outputs(reads:dict[UOp, list[UOp]], has_reduce:dict[UOp, bool]) -> lis
     else: joinable[0].append(r)
   return groups
 
-def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str]) -> ScheduleItem:
+def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str]) -> Kernel:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
-  return ScheduleItem(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs},
-                      ",".join(dict.fromkeys(why[o] for o in outs)))
+  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs},
+                ",".join(dict.fromkeys(why[o] for o in outs)))
 
 @dataclass
 class KernelContext:
@@ -1856,8 +1875,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
       if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
          st.gate is None and st.buf not in loaded:
         buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
-        if dev.streams and st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES and \
-           size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by the column's place in it
+        if past_cache(st.buf, dev) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by its column
           buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, padded(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
@@ -2323,6 +2341,8 @@ output_loops = (AxisType.GLOBAL, AxisType.LOOP)
 # An output this big is written past the cache: a kernel that writes it whole is done with it, and one that reads it
 # next would find little of it in a cache anyway.
 STREAM_BYTES = 2**24
+def past_cache(buf:UOp, dev:Target) -> bool:  # an output this big, on a CPU that has stores past the cache
+  return bool(dev.streams) and buf.arg.size * buf.dtype.itemsize >= STREAM_BYTES
 
 def stream(sink:UOp, dev:Target) -> UOp:
   """Float vectors stored to a big output this kernel doesn't read go past the cache (x86's non-temporal stores):
@@ -2333,8 +2353,7 @@ def stream(sink:UOp, dev:Target) -> UOp:
   read = {u.memory for u in nodes if u.op is Ops.LOAD}
   def streams(st:UOp) -> bool:
     return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
-      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and \
-      st.buf.arg.size * st.buf.dtype.itemsize >= STREAM_BYTES
+      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and past_cache(st.buf, dev)
   return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streams(u)})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -3052,7 +3071,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     total += tm or 0.0
   return total
 
-def prepare(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
+def prepare(items:list[Kernel]|list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
   """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot. Each
   new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
   dev, launches, compiles = Device[device], [], []
