@@ -1961,27 +1961,39 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   return rebuild(sink, add)
 
 def heuristic(sink:UOp, dev:Target) -> list[Opt]:
-  """Hand-coded opts, in tinygrad's spirit: vectors on the contiguous output axis, a block-wide reduction when the
-  output is too small to fill the GPU or each output reads a long row of its own (a row softmax: a thread per row
-  would read rows apart, uncoalesced), unrolled reduce loops, and blocks of threads on the output."""
-  opts: list[Opt] = []
+  """Hand-coded opts, in tinygrad's spirit: on a GPU, a block-wide reduction where it pays (shared_reduces); else
+  vectors on the contiguous output axis, a register tile, unrolled reduce loops (lanes_and_tiles). The threads of a
+  block (GPU) or the cores (CPU) come after, in launch_opts."""
+  return (shared_reduces(sink, dev) if dev.gpu else []) or lanes_and_tiles(sink, dev)
+
+def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
+  """A GPU block's threads share a reduce where a thread per output would leave the GPU idle or read rows apart: a row
+  program's block (its threads share each reduce, then the last column), or a block per output where outputs are few
+  (2048 or fewer, or 16384 with rows long enough to share: the 10 columns of an MLP's last matmul) or each reads a long
+  row of its own (a row softmax: a thread per row would read rows apart, uncoalesced)."""
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
-  reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
-  inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
-  if cols := ranges(sink, AxisType.LOOP):  # a block per row: its threads share each reduce, then the last column
+  inner = list(dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE))  # each reduce's innermost loop
+  if cols := ranges(sink, AxisType.LOOP):
     block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
     return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
   out_size = prod(r.size for r in glob)
   rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
-  # a GPU: a block per output where a thread each would leave it idle (2048 outputs or fewer, or 16384 with rows long
-  # enough to share: the 10 columns of an MLP's last matmul)
-  if dev.gpu and red and (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows):
-    # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
-    # their groups run in turn, on one thread id
-    shared = [red[-1]] if _nested(sink) else inner
-    return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1))) for r in shared]
-  w = dev.width
+  if not red or not (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows): return []
+  # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
+  # their groups run in turn, on one thread id
+  shared = [red[-1]] if _nested(sink) else inner
+  return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1))) for r in shared]
+
+def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
+  """Vectors on the contiguous output axis, a matmul's register tile, a row's outputs as vectors after its reduces, and
+  unrolled reduce loops. A CPU's choices differ from a GPU's in three places, each marked: its tile takes four vectors
+  of the contiguous axis, a GPU tiles only where enough threads remain, and a CPU unrolls a sum by whole vectors."""
+  opts: list[Opt] = []
+  glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
+  reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
+  inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
+  out_size, w = prod(r.size for r in glob), dev.width
   if not red and glob and _unit_stride(sink, glob[-1]):
     # a vector a step, the last past the end (safe only with no next row to run into), or as wide as the rows fill
     if amount := w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev):
