@@ -9,7 +9,10 @@ Sections:
   Tensor          the user's API: a thin wrapper around one UOp; composites built from primitives
   scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
   lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, BEAM), lanes and
-                  threads, accumulators, streaming stores, linearize
+                  threads, accumulators, streaming stores, linearize. What tunes a CPU's memory traffic, each with its
+                  reason where it is: reread (a row's dear values stored once and read back, the next row prefetched,
+                  a row on the stack where the output goes past the cache), pack (a matmul's b in tiles: the
+                  scheduler's), tile_order (a matmul's rows inside its columns), stream (stores past the cache)
   renderers       linear UOps -> C, CUDA or Metal source: one algorithm, three dialects as data
   devices         runtimes (the C compiler, the emulator, CUDA and Metal beside this file), buffers
   running         launching kernels, and render() to see them
@@ -17,10 +20,10 @@ Sections:
   systems         what a reader of a compiler can skip: the CPU's worker pool in C, cache folders and files
 
 One realize(), call by call:
-  Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (kernel_outputs, kernel_inputs,
-  group_outputs, _kernel: each kernel's AST) -> Plan.run -> load -> to_program -> lower (ranged, optimize, finish:
-  to_cpu or to_gpu, to_lanes, to_accumulators, add_loops, narrow_index, stream, linearize) -> Renderer.render ->
-  Compiled.program (compile, disk cache) -> launch."""
+  Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
+  kernel_outputs, kernel_inputs, group_outputs, _kernel: each kernel's AST) -> Plan.run -> prepare -> to_program ->
+  lower (ranged, optimize, finish: to_cpu or to_gpu, to_lanes, to_accumulators, add_loops, narrow_index, stream,
+  linearize) -> Renderer.render -> Compiled.program (compile, disk cache) -> launch."""
 from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
@@ -1315,28 +1318,31 @@ def planned(key:Structure, nodes:list[UOp]) -> Plan:
   return found
 
 def plan(key:Structure, nodes:list[UOp]) -> Plan:
-  """The kernels for every graph of this structure (these nodes have it), over slots: the graph's own buffers first,
-  then one for each node stored to memory. What each kernel stores is named by its row."""
+  """The kernels for every graph of this structure (these nodes have it), in steps: the graph over slots (the graph's
+  own buffers), its big reduces split and its matmuls' b packed, the nodes stored and what each kernel reads, a slot
+  for each stored node after the graph's own, the kernels. What each kernel stores is named by its row."""
+  graph = over_slots(key, nodes)
+  sink = UOp(Ops.SINK, None, tuple(graph[i] for i in key.roots))
+  split = rebuild(sink, lambda u, new: pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS
+                  else new)
+  realize, has_reduce = kernel_outputs(split)
+  reads = kernel_inputs(split, realize)
+  first = len({r.slot for r in key.rows if isinstance(r, Read)})
+  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
+                  ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
+  items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
+  rows = {u: i for i, u in enumerate(graph)}  # and a root split_reduce rebuilt has the row of the root it stands for
+  rows |= {new: rows[root] for root, new in zip(sink.src, split.src)}
+  for item in items: item.stores = {rows[u]: view for u, view in item.stores.items() if u in rows}
+  held = {r: view for item in items for r, view in item.stores.items()}
+  return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key.roots])
+
+def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
   graph: list[UOp] = []
   for r, u in zip(key.rows, nodes):
     if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg))
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
-  sink = split = UOp(Ops.SINK, None, tuple(graph[i] for i in key.roots))
-  if any(u.op is Ops.REDUCE_AXIS for u in graph):
-    split = rebuild(sink, lambda u, new: pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS
-                    else new)
-  realize, has_reduce = kernel_outputs(split)
-  reads = kernel_inputs(split, realize)
-  first = len({r.slot for r in key.rows if isinstance(r, Read)})  # the graph's own: every one is read
-  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
-                  ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
-  items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
-  rows = {u: i for i, u in enumerate(graph)}
-  for item in items:  # a root that split_reduce rebuilt is held for the root it stands for; what is held, by row
-    item.stores |= {root: item.stores[new] for root, new in zip(sink.src, split.src) if new in item.stores}
-    item.stores = {rows[u]: view for u, view in item.stores.items() if u in rows}
-  held = {r: view for item in items for r, view in item.stores.items()}
-  return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key.roots])
+  return graph
 
 def bind(items:list[Kernel], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
   """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
