@@ -2367,6 +2367,7 @@ for d in ("int", "uint", "char", "uchar", "long"):
   a = i.cast(d)
   (a + a * 3 - a).tolist(); (a << a).tolist(); (a >> a).tolist(); (~a).tolist(); a.max().tolist(); a.min().tolist()
   Tensor(a.uop.alu(Ops.IDIV, a.uop)).tolist(); Tensor(a.uop.alu(Ops.MOD, (a - 5).uop)).tolist()
+  Tensor(a.uop.alu(Ops.IDIV, (a * 0 - 1).uop)).tolist()  # INT_MIN / -1
 m = Tensor([True, False, True])
 (m + m).tolist(); (m * m).tolist(); (m ^ m).tolist()
 f = Tensor([[float(k % 13) - 6.5 for k in range(j, j + 37)] for j in range(19)])
@@ -2376,6 +2377,12 @@ Tensor([1.0, 2.0, 3.0, 4.0, 5.0]).reshape(5, 1, 1).expand(5, 2**16, 2**15).resha
 Tensor.ones(4100, 1025).sum(axis=1).tolist()  # big enough for CPU threads
 print("clean")
 """
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("dtype, low", [(dtypes.int32, -2**31), (dtypes.int64, -2**63)])
+def test_the_smallest_int_divided_by_minus_one_wraps(device, dtype, low):
+  x = Tensor([low, 7, -9, low + 1], dtype=dtype, device=device)
+  assert (x // -1).tolist() == [low, -7, 9, -(low + 1)] and (x % -1).tolist() == [0, 0, 0, 0]
 
 def test_cpu_kernels_have_no_undefined_behaviour(tmp_path):
   """Edge values of every op, every dtype, gated and threaded kernels, built with gcc's UB sanitizer: any undefined

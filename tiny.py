@@ -960,8 +960,9 @@ class Tensor:
   def __ne__(self, x): return self._alu(Ops.CMPNE, x)  # type: ignore[override]
   __hash__ = object.__hash__
   def _bitop(self, op:Ops, x) -> Tensor:
-    if dtypes.is_float(self.dtype) or isinstance(x, Tensor) and dtypes.is_float(x.dtype) or isinstance(x, float):
-      raise TypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype.name}")
+    other = x.dtype.name if isinstance(x, Tensor) else type(x).__name__
+    if dtypes.is_float(self.dtype) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype)) or isinstance(x, float):
+      raise TypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype.name} and {other}")
     return self._alu(op, x)
   def __and__(self, x): return self._bitop(Ops.AND, x)
   def __or__(self, x): return self._bitop(Ops.OR, x)
@@ -1215,7 +1216,7 @@ class Tensor:
     return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Scheduler: tensor graph -> kernels, in the steps schedule() lists. A node becomes a buffer (a kernel output) when it
+# Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
 # is requested, forced by contiguous(), or holds a reduce that would otherwise be recomputed; everything else fuses
 # into its consumer. Each kernel's AST is a SINK of STOREs over PARAMs.
 
@@ -1552,8 +1553,8 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   return ctx.memo[root]
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Lowering: a kernel's AST becomes a program, in the steps lower() lists: ranges, opts that split them, lanes, threads,
-# accumulators, one linear list of UOps, and source in the device's dialect.
+# Lowering: a kernel's AST becomes a program, in the steps ranged() and finish() list: ranges, opts that split them,
+# lanes, threads, accumulators, one linear list of UOps, and source in the device's dialect.
 
 @dataclass(frozen=True)
 class Program:
@@ -1587,7 +1588,8 @@ class Target(NamedTuple):
 def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
   """The kernel's program: its opts chosen by the heuristic, or with BEAM=n and a device to time them on, searched."""
   sink = ranged(ast, target)
-  if (width := getenv("BEAM")) and device is not None and not getenv("NOOPT"): return beam(sink, ast, device, width)
+  if (beam_width := getenv("BEAM")) and device is not None and not getenv("NOOPT"):
+    return beam(sink, ast, device, beam_width)
   return finish(*optimize(sink, target), ast, target)
 
 def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row loops on GPUs: what opts split
@@ -1651,13 +1653,15 @@ def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
   outside the mask the address may point outside the buffer, and a gated load never reads it. Iterative, with the
   sources of each (node, index, gate) computed first: a long elementwise chain would overflow Python's recursion."""
-  plan: dict[tuple, list[tuple]] = {}
+  sources: dict[tuple, list[tuple]] = {}
   stack = [(u, idxs, valid)]
   while stack:
     key = stack[-1]
-    if key in memo: stack.pop()
-    elif key not in plan: plan[key] = _sources_at(*key); stack.extend(k for k in plan[key] if k not in memo)
-    else: stack.pop(); memo[key] = _value(*key, plan[key], [memo[k] for k in plan[key]])
+    if key in memo: stack.pop()  # built already
+    elif key not in sources:  # first met: its sources go on the stack, to be built first
+      sources[key] = _sources_at(*key)
+      stack.extend(k for k in sources[key] if k not in memo)
+    else: stack.pop(); memo[key] = _value(*key, sources[key], [memo[k] for k in sources[key]])  # its sources are built
   return memo[(u, idxs, valid)]
 
 def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
@@ -1686,9 +1690,10 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
   if u.op is Ops.IOTA: return idxs[0]
   if u.op is Ops.CONTIGUOUS: return vals[0]
   if u.op is Ops.REDUCE_AXIS:
-    ranges = tuple(r for r in srcs[0][1] if r.op is Ops.RANGE and r not in idxs)
+    _, at, _ = srcs[0]  # the index its source is read at: the output's, and a range for each reduced dim
+    reduced = tuple(r for r in at if r.op is Ops.RANGE and r not in idxs)
     op, _ = u.arg
-    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + ranges, op) if ranges else vals[0]
+    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + reduced, op) if reduced else vals[0]
   return u.replace(src=tuple(vals))
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
@@ -2554,10 +2559,15 @@ def _wrapping(ctx:Names, u:UOp) -> str|None:
   return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*[unsigned + ctx[s] for s in u.src])})"
 
 def _divide(ctx:Names, u:UOp) -> str|None:
+  """x/0 and x%0 are 0; for a signed x, x%-1 is 0 and x/-1 is -x on the unsigned bits, so INT_MIN/-1 wraps (C calls
+  both undefined). A narrower int computes in int, where -x can't overflow."""
   if not _guarded(u): return None
   a, b, signed = ctx[u.src[0]], ctx[u.src[1]], not dtypes.is_unsigned(u.dtype)
   if u.op is Ops.MOD: return _narrow(ctx, u, f"(({b}==0{f'||{b}==-1' if signed else ''})?0:{a}%{b})")
-  return _narrow(ctx, u, f"({b}==0?0:{f'{b}==-1?-{a}:' if signed else ''}{a}/{b})")
+  if not signed: return _narrow(ctx, u, f"({b}==0?0:{a}/{b})")
+  typ = ctx.types[u.dtype]
+  negated = f"(({typ})(0u-(unsigned {typ}){a}))" if u.dtype.itemsize >= 4 else f"(-{a})"
+  return _narrow(ctx, u, f"({b}==0?0:{b}==-1?{negated}:{a}/{b})")
 
 def _shift(ctx:Names, u:UOp) -> str:
   """A signed << shifts the unsigned bits (C leaves a negative one undefined); an amount outside [0, width) shifts
