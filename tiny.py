@@ -1386,11 +1386,12 @@ def split_reduce(r:UOp, device:str) -> UOp:
   order = tuple(i for i in range(len(x.shape)) if i not in axes) + tuple(axes)
   x = x.moved(("permute", order), ("reshape", kept + (size,)))
   target = Device.target(device)
-  w, most = target.width, min(4096, max(256, size // 4096)) if target.gpu else 256
+  w = target.width
+  most = min(4096, max(256, size // 4096)) if target.gpu else 256
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
   cores = 1 if target.gpu else target.cores
-  unit, parts = min(splits, key=lambda s: s[1] % cores != 0, default=(4 * w, most))
+  unit, parts = next((s for s in splits if s[1] % cores == 0), splits[0] if splits else (4 * w, most))
   x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
   partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
                 (op, (len(kept) + 1,)))
@@ -1483,7 +1484,9 @@ def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs'
     # (a source stored to memory holds no pending reduce: it is read as a buffer)
     return shape if all(s is None for s in srcs) and axes == list(range(len(shape) - len(axes), len(shape))) else ()
   held = {s for s in srcs if s is not None}
-  return None if not held else held.pop() if len(held) == 1 else ()
+  if not held: return None        # no reduce pending
+  if len(held) == 1: return held.pop()  # one, over rows of this shape
+  return ()                       # several, over rows that differ: not rows
 
 def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.arg) and c.shape == row
 
@@ -1792,7 +1795,7 @@ def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
   borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
   def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
-    return up.where((x.const_like(1 << bits) - x - borrow) & (1 << bits) - 1, x)
+    return up.where((x.const_like(1 << bits) - x - borrow) & ((1 << bits) - 1), x)
   hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
   return q, up.where(-hi, hi), up.where(-lo, lo)
 
