@@ -960,8 +960,8 @@ class Tensor:
   def __ne__(self, x): return self._alu(Ops.CMPNE, x)  # type: ignore[override]
   __hash__ = object.__hash__
   def _bitop(self, op:Ops, x) -> Tensor:
-    other = x.dtype.name if isinstance(x, Tensor) else type(x).__name__
     if dtypes.is_float(self.dtype) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype)) or isinstance(x, float):
+      other = x.dtype.name if isinstance(x, Tensor) else type(x).__name__
       raise TypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype.name} and {other}")
     return self._alu(op, x)
   def __and__(self, x): return self._bitop(Ops.AND, x)
@@ -3047,7 +3047,8 @@ program_cache: dict[tuple[UOp, str, int, int], Program] = {}  # (ast, device, NO
 def to_program(ast:UOp, device:str) -> Program:
   """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
   UOps), else lowered now. The cache equals the AST, so an equal AST is the same object: found at once."""
-  key = (ast, device, noopt := getenv("NOOPT"), beam_width := getenv("BEAM"))
+  noopt, beam_width = getenv("NOOPT"), getenv("BEAM")
+  key = (ast, device, noopt, beam_width)
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
     stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
@@ -3125,7 +3126,7 @@ class RawKernel:
       raise ValueError("the PYTHON device runs lowered UOps, not source: it has no raw kernels")
     self.fn = Device[self.device].program(self.prog)
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float:
-    bufs = [t.buffer() for t in tensors]  # (each written as it is read: a TinyJit replay keeps them all)
+    bufs = [t.buffer() for t in tensors]  # (no outputs named: a TinyJit capture holds every one as it is)
     return launch([(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), 0, "raw"))], bufs, wait)
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
