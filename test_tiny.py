@@ -3362,3 +3362,211 @@ def test_every_kernel_renders_for_metal(monkeypatch):
     if any(u.op is tiny.Ops.DEFINE_LOCAL for u in prog.uops):  # a shared-memory reduction
       assert re.search(r"^\s*threadgroup .*\[\d+\];$", prog.src, re.M), prog.src
       assert "threadgroup_barrier(mem_flags::mem_threadgroup);" in prog.src, prog.src
+
+
+# --- gradients: every derivative rule against central finite differences of a pure-Python forward pass in float64
+
+class Ref:
+  """A float64 array in pure Python (flat values, a shape): the reference forward pass the gradients are checked on."""
+  def __init__(self, vals, shape): self.vals, self.shape = [float(v) for v in vals], tuple(shape)
+  def strides(self): return [math.prod(self.shape[i+1:]) for i in range(len(self.shape))]
+  def at(self, idx): return self.vals[sum(i * s for i, s in zip(idx, self.strides()))]
+  def indices(self): return itertools.product(*[range(s) for s in self.shape])
+  def made(self, shape, f): return Ref([f(idx) for idx in itertools.product(*[range(s) for s in shape])], shape)
+  def map(self, f, *others): return Ref([f(*vs) for vs in zip(self.vals, *[o.vals for o in others])], self.shape)
+  def reduce(self, axes, f, start):
+    shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    out = {}
+    for idx in self.indices():
+      key = tuple(0 if i in axes else v for i, v in enumerate(idx))
+      out[key] = f(out.get(key, start), self.at(idx))
+    return self.made(shape, lambda idx: out[idx])
+  def reshape(self, shape): return Ref(self.vals, shape)
+  def permute(self, order): return self.made([self.shape[o] for o in order],
+                                             lambda idx: self.at([idx[order.index(d)] for d in range(len(order))]))
+  def expand(self, shape): return self.made(shape, lambda idx: self.at([i if s > 1 else 0 for i, s in zip(idx, self.shape)]))
+  def pad(self, pads):
+    inside = lambda idx: all(b <= i < b + s for i, (b, _), s in zip(idx, pads, self.shape))  # noqa: E731
+    return self.made([s + b + a for s, (b, a) in zip(self.shape, pads)],
+                     lambda idx: self.at([i - b for i, (b, _) in zip(idx, pads)]) if inside(idx) else 0.0)
+  def shrink(self, arg): return self.made([e - b for b, e in arg], lambda idx: self.at([i + b for i, (b, _) in zip(idx, arg)]))
+  def flip(self, axes): return self.made(self.shape, lambda idx: self.at([s - 1 - i if d in axes else i
+                                                                          for d, (i, s) in enumerate(zip(idx, self.shape))]))
+  def matmul(self, w):
+    (n, k), m = self.shape, w.shape[1]
+    return self.made((n, m), lambda idx: sum(self.at((idx[0], j)) * w.at((j, idx[1])) for j in range(k)))
+
+def _weighted(out, weights): return sum(v * w for v, w in zip(out.vals, weights))  # a scalar loss of every output
+
+def check_gradient(tiny_fn, ref_fn, *inputs, device="CPU", eps=1e-6, rtol=2e-3, atol=2e-4):
+  """d loss / d input of tiny_fn against finite differences of ref_fn, where loss = sum(out * random weights)."""
+  rng = random.Random(len(inputs) * 7 + len(inputs[0][1]))
+  ts = [Tensor(vals, device=device, requires_grad=True).reshape(shape) for vals, shape in inputs]
+  out = tiny_fn(*ts)
+  weights = [rng.uniform(-1, 1) for _ in range(out.numel())]
+  loss = (out * Tensor(weights, device=device).reshape(out.shape)).sum()
+  grads = loss.gradient(*ts)
+  for k, (vals, shape) in enumerate(inputs):
+    def loss_at(i, v):
+      refs = [Ref(vs, sh) for vs, sh in inputs]
+      refs[k] = Ref(vals[:i] + [v] + vals[i+1:], shape)
+      return _weighted(ref_fn(*refs), weights)
+    want = [(loss_at(i, v + eps) - loss_at(i, v - eps)) / (2 * eps) for i, v in enumerate(vals)]
+    assert_close(flat(grads[k].tolist()), want, rtol=rtol, atol=atol)
+
+def flat(x): return [v for row in x for v in flat(row)] if isinstance(x, list) else [x]
+
+def _vals(rng, n, lo=-2.0, hi=2.0): return [rng.uniform(lo, hi) for _ in range(n)]
+
+UNARY_RULES = [  # (name, tiny, reference, low end of the inputs)
+  ("neg", lambda x: -x, lambda v: -v, -2), ("reciprocal", Tensor.reciprocal, lambda v: 1 / v, 0.5),
+  ("sqrt", Tensor.sqrt, math.sqrt, 0.5), ("exp2", Tensor.exp2, lambda v: 2 ** v, -2),
+  ("log2", Tensor.log2, math.log2, 0.5), ("sin", Tensor.sin, math.sin, -2), ("cos", Tensor.cos, math.cos, -2),
+  ("exp", Tensor.exp, math.exp, -2), ("log", Tensor.log, math.log, 0.5), ("square", Tensor.square, lambda v: v * v, -2),
+  ("sigmoid", Tensor.sigmoid, lambda v: 1 / (1 + math.exp(-v)), -2), ("tanh", Tensor.tanh, math.tanh, -2),
+  ("relu", Tensor.relu, lambda v: max(v, 0.0), -2), ("abs", Tensor.abs, abs, -2)]
+
+@pytest.mark.parametrize("name,fn,ref,lo", UNARY_RULES, ids=[r[0] for r in UNARY_RULES])
+def test_gradient_of_unary_op_matches_finite_differences(name, fn, ref, lo):
+  rng = random.Random(name)
+  vals = [v if abs(v) > 0.05 else 0.3 for v in _vals(rng, 15, lo, 2.0)]  # away from relu's and abs's kink
+  check_gradient(fn, lambda x: x.map(ref), (vals, (3, 5)))
+
+BINARY_RULES = [
+  ("add", operator.add, operator.add), ("sub", operator.sub, operator.sub), ("mul", operator.mul, operator.mul),
+  ("div", operator.truediv, operator.truediv), ("maximum", Tensor.maximum, max), ("minimum", Tensor.minimum, min)]
+
+@pytest.mark.parametrize("name,fn,ref", BINARY_RULES, ids=[r[0] for r in BINARY_RULES])
+def test_gradient_of_binary_op_matches_finite_differences(name, fn, ref):
+  rng = random.Random(name)
+  a, b = _vals(rng, 21), [v if abs(v) > 0.1 else 0.5 for v in _vals(rng, 21)]
+  check_gradient(fn, lambda x, y: x.map(ref, y), (a, (7, 3)), (b, (7, 3)))
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_maximum_and_minimum_split_a_tie_evenly(device):
+  a = Tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
+  b = Tensor([1.0, 5.0, 3.0], device=device, requires_grad=True)
+  assert a.maximum(b).sum().gradient(a, b)[0].tolist() == [0.5, 0.0, 0.5]
+  assert [g.tolist() for g in a.minimum(b).sum().gradient(a, b)] == [[0.5, 1.0, 0.5], [0.5, 0.0, 0.5]]
+
+def test_relu_gradient_at_zero_is_zero():
+  x = Tensor([-1.0, 0.0, 2.0], requires_grad=True)
+  assert x.relu().sum().gradient(x)[0].tolist() == [0.0, 0.0, 1.0]
+
+def test_gradient_of_where_goes_to_the_branch_taken():
+  rng = random.Random(5)
+  c = [rng.random() < 0.5 for _ in range(10)]
+  check_gradient(lambda x, y: Tensor(c).reshape(2, 5).where(x, y),
+                 lambda x, y: Ref([a if k else b for k, a, b in zip(c, x.vals, y.vals)], x.shape),
+                 (_vals(rng, 10), (2, 5)), (_vals(rng, 10), (2, 5)))
+
+REDUCE_CASES = [(axis, keep) for axis in (0, 1, (0, 2), None) for keep in (False, True)]
+
+@pytest.mark.parametrize("axis,keepdim", REDUCE_CASES)
+def test_gradient_of_sum_and_mean_match_finite_differences(axis, keepdim):
+  rng, shape = random.Random(str(axis)), (3, 5, 7)
+  axes = tuple(range(3)) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+  count = math.prod(shape[a] for a in axes)
+  def ref(x, scale=1.0):
+    out = x.reduce(axes, operator.add, 0.0).map(lambda v: v * scale)
+    return out if keepdim else out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in axes))
+  check_gradient(lambda x: x.sum(axis, keepdim), ref, (_vals(rng, 105), shape))
+  check_gradient(lambda x: x.mean(axis, keepdim), lambda x: ref(x, 1 / count), (_vals(rng, 105), shape))
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_gradient_of_max_splits_evenly_among_ties(device):
+  x = Tensor([[1.0, 3.0, 3.0, 0.0, 3.0], [2.0, -1.0, 0.5, 1.5, -3.0], [4.0, 4.0, 1.0, 1.0, 1.0]],
+             device=device, requires_grad=True)
+  assert_close(flat(x.max(1).sum().gradient(x)[0].tolist()),
+               [0, 1/3, 1/3, 0, 1/3, 1, 0, 0, 0, 0, 0.5, 0.5, 0, 0, 0])
+  assert_close(flat(x.min(1).sum().gradient(x)[0].tolist()), [0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1/3, 1/3, 1/3])
+
+def test_gradient_of_max_without_ties_matches_finite_differences():
+  rng = random.Random(9)
+  check_gradient(lambda x: x.max(0), lambda x: x.reduce((0,), max, -math.inf).reshape((7,)), (_vals(rng, 35), (5, 7)))
+
+MOVE_CASES = [
+  ("reshape", lambda x: x.reshape(5, 3, 7), lambda x: x.reshape((5, 3, 7))),
+  ("permute", lambda x: x.permute(2, 0, 1), lambda x: x.permute((2, 0, 1))),
+  ("expand", lambda x: x[:, :1, :].expand(3, 4, 7), lambda x: x.shrink(((0, 3), (0, 1), (0, 7))).expand((3, 4, 7))),
+  ("pad", lambda x: x.pad(((1, 2), None, (0, 3))), lambda x: x.pad(((1, 2), (0, 0), (0, 3)))),
+  ("shrink", lambda x: x.shrink(((1, 3), (2, 5), None)), lambda x: x.shrink(((1, 3), (2, 5), (0, 7)))),
+  ("flip", lambda x: x.flip((0, 2)), lambda x: x.flip((0, 2))),
+  ("stride", lambda x: x[::2, 4:0:-3], lambda x: Ref([x.at((i, j, k)) for i in (0, 2) for j in (4, 1) for k in range(7)],
+                                                     (2, 2, 7))),
+  ("chain", lambda x: x.permute(1, 0, 2).reshape(15, 7)[3:12].T.flip(0).pad(((0, 0), (2, 1))),
+   lambda x: x.permute((1, 0, 2)).reshape((15, 7)).shrink(((3, 12), (0, 7))).permute((1, 0)).flip((0,))
+              .pad(((0, 0), (2, 1))))]
+
+@pytest.mark.parametrize("name,fn,ref", MOVE_CASES, ids=[m[0] for m in MOVE_CASES])
+def test_gradient_of_movement_op_is_its_inverse(name, fn, ref):
+  check_gradient(fn, ref, (_vals(random.Random(name), 105), (3, 5, 7)))
+
+def test_gradient_of_matmul_softmax_and_log_softmax():
+  rng = random.Random(3)
+  def softmax(x, log=False):
+    out = []
+    for r in range(x.shape[0]):
+      row = [x.at((r, c)) for c in range(x.shape[1])]
+      m = max(row); total = sum(math.exp(v - m) for v in row)
+      out += [v - m - math.log(total) if log else math.exp(v - m) / total for v in row]
+    return Ref(out, x.shape)
+  check_gradient(lambda a, b: (a @ b).softmax(-1), lambda a, b: softmax(a.matmul(b)),
+                 (_vals(rng, 15), (3, 5)), (_vals(rng, 35), (5, 7)))
+  check_gradient(lambda a: a.log_softmax(-1), lambda a: softmax(a, log=True), (_vals(rng, 21), (3, 7)))
+
+def test_gradient_through_a_cast_and_a_contiguous():
+  rng = random.Random(4)
+  check_gradient(lambda x: (x.half().float() * 3).contiguous().exp(), lambda x: x.map(lambda v: math.exp(3 * v)),
+                 (_vals(rng, 6, -1, 1), (2, 3)), rtol=3e-3, atol=3e-3)
+
+def test_realize_in_the_middle_changes_no_gradient():
+  rng = random.Random(6)
+  a, b = _vals(rng, 12), _vals(rng, 12)
+  def grads(realize):
+    x, w = Tensor(a, requires_grad=True).reshape(3, 4), Tensor(b, requires_grad=True).reshape(4, 3)
+    h = (x @ w).tanh()
+    if realize: h.realize()
+    loss = (h * h.T.flip(0).T).sum()
+    if realize: loss.realize()
+    return [g.tolist() for g in loss.gradient(x, w)]
+  assert_close(flat(grads(True)), flat(grads(False)), rtol=1e-6, atol=1e-6)
+
+def test_gradient_with_respect_to_an_intermediate_and_a_view_of_it():
+  x = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], requires_grad=True)
+  flat6 = x.reshape(2, 3).reshape(6)  # views of x made by moves: distinct nodes, each with its own gradient
+  y = (flat6 * flat6).sum()
+  gx, gflat = y.gradient(x, flat6)
+  assert gx.tolist() == gflat.tolist() == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+  assert flat6.uop is not x.uop and flat6.uop.arg.plain == x.uop.arg.plain
+
+def test_backward_fills_grad_and_accumulates():
+  x = Tensor([1.0, -2.0, 3.0], requires_grad=True)
+  y = Tensor([4.0, 5.0, 6.0])  # requires no grad: gets none
+  (x * y).sum().backward()
+  assert x.grad.tolist() == [4.0, 5.0, 6.0] and y.grad is None
+  (x * x).sum().backward()
+  assert x.grad.tolist() == [6.0, 1.0, 12.0]
+
+def test_backward_of_a_non_scalar_needs_a_gradient():
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  with pytest.raises(tiny.ShapeError, match="needs a scalar"): (x * 2).backward()
+  (x * 2).backward(Tensor([1.0, 10.0]))
+  assert x.grad.tolist() == [2.0, 20.0]
+
+def test_gradients_that_cant_be_computed_raise_naming_why():
+  with pytest.raises(TypeError, match="only float tensors"): Tensor([1, 2], requires_grad=True)
+  x = Tensor([1.5, 2.5], requires_grad=True)
+  with pytest.raises(RuntimeError, match="CAST"): x.int().float().sum().gradient(x)
+  with pytest.raises(RuntimeError, match="doesn't depend"): Tensor([1.0]).sum().gradient(x)
+  with pytest.raises(TypeError, match="tensor of int"): x.sum().gradient(Tensor([1, 2]))
+  assert x.detach().sum().gradient(x, materialize_grads=True)[0].tolist() == [0.0, 0.0]
+  assert (x.detach() * x).sum().gradient(x)[0].tolist() == [1.5, 2.5]  # the detached factor is a constant
+
+def test_train_is_a_context_and_a_decorator():
+  assert Tensor.training is False
+  with Tensor.train(): assert Tensor.training is True
+  assert Tensor.training is False
+  @Tensor.train()
+  def step(): return Tensor.training
+  assert step() is True and Tensor.training is False

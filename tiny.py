@@ -27,7 +27,7 @@ One realize(), call by call:
 from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
-import warnings
+import warnings, contextlib
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
@@ -273,9 +273,14 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
   def bitcast(self, dtype:DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))  # the same bits, read as dtype
   def moved(self, *moves:tuple[str, Any]) -> UOp:  # through movement ops (View methods' names, their args): one VIEW
-    base, st = (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
+    base, st = self._tracked()
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
+  def detached(self) -> UOp:  # the same values, as a view where gradients begin: made by no move of anything
+    base, st = self._tracked()
+    return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, ("detach", None)))
+  def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
+    return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
   def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
     return UOp(Ops.VIEW, self.dtype, (UOp(Ops.BUFFER, self.dtype, (), buf),), self.arg)
 
@@ -667,10 +672,21 @@ class View:
 
 @dataclass(frozen=True)
 class ShapeTracker:
+  """Views, and how a tensor's view was made: its last movement op and the tracker that op was applied to (None where
+  the views begin). Gradients walk these back one move at a time, each through its inverse. They are part of
+  equality, so views made by different moves stay different nodes (x.reshape(12).reshape(3, 4) is not x: its gradient
+  passes through the (12,) view), and the scheduler drops them (`plain`): a kernel is keyed by what it reads. The
+  alternative, movement ops as nodes of their own until scheduling, builds a node per move and folds them again on
+  every realize; here a chain of moves stays one VIEW node."""
   views: tuple[View, ...]
+  move: tuple[str, Any]|None = None
+  before: ShapeTracker|None = None
   def __hash__(self): return self._hash
+  def __repr__(self): return f"ShapeTracker({self.views!r})"  # what it maps: a key of the kernels that read it
   @functools.cached_property
-  def _hash(self) -> int: return hash(self.views)
+  def _hash(self) -> int: return hash((self.views, self.move, self.before))
+  @functools.cached_property
+  def plain(self) -> ShapeTracker: return self if self.before is None else ShapeTracker(self.views)
   # graphs are built again and again with the same shapes: each view is made once, and found after (then a node that
   # holds it is found by identity)
   @staticmethod
@@ -690,8 +706,9 @@ class ShapeTracker:
   @functools.lru_cache(maxsize=4096)
   def apply(self, fn:str, arg) -> ShapeTracker:
     """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
-    if (view := getattr(self.views[-1], fn)(arg)) is not None: return ShapeTracker(self.views[:-1] + (view,))
-    return ShapeTracker(self.views + (View.contiguous(arg),))
+    if (view := getattr(self.views[-1], fn)(arg)) is not None: views = self.views[:-1] + (view,)
+    else: views = self.views + (View.contiguous(arg),)
+    return ShapeTracker(views, (fn, arg), self)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
@@ -769,13 +786,18 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
 
 class Tensor:
   _seed, _counter = 0, 0
-  def __init__(self, data, dtype:DType|str|None=None, device:str|None=None):
+  grad: Tensor|None = None  # filled by backward() where requires_grad is set
+  training = False  # what dropout and batch norm read: set by Tensor.train()
+  def __init__(self, data, dtype:DType|str|None=None, device:str|None=None, requires_grad:bool|None=None):
     dtype = None if dtype is None else dtypes.of(dtype)
     self.device = Device.canonical(device)
-    if isinstance(data, UOp): self.uop = data; return
-    if isinstance(data, (bool, int, float)):
+    if isinstance(data, UOp): self.uop = data
+    elif isinstance(data, (bool, int, float)):
       dtype = dtype or _dtype_of_scalar(data)
-      self.uop = UOp.const(dtype, _checked(dtype, data)); return
+      self.uop = UOp.const(dtype, _checked(dtype, data))
+    else: self.uop = self._copied_in(data, dtype)
+    if requires_grad is not None: self.requires_grad = requires_grad
+  def _copied_in(self, data, dtype:DType|None) -> UOp:  # a list's values or a buffer's bytes, in device memory
     if isinstance(data, (list, tuple)):
       vals, shape = _flatten(data)
       own = _dtype_of_list(vals)  # also where a dtype is given: it checks that every element is a number
@@ -791,14 +813,15 @@ class Tensor:
         raise TypeError(f"buffer format {mv.format!r} has no tiny dtype "
                         f"(tiny has {', '.join(d.name for d in dtypes.all)}); "
                         "convert it first, e.g. numpy's .astype('float32')")
-      shape, fmt = mv.shape or (), dtypes.by_fmt[fmt]
-      if fmt.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
+      shape, own = mv.shape or (), dtypes.by_fmt[fmt]
+      if own.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
       raw = mv.tobytes()
-      if dtype is not None and dtype != fmt: self.uop = Tensor(data, device=device).cast(dtype).uop; return
-      dtype = fmt
-    self.uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
-    self.uop.src[0].arg.copyin(memoryview(raw))
+      if dtype is not None and dtype != own: return Tensor(data, device=self.device).cast(dtype).uop
+      dtype = own
+    uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
+    uop.src[0].arg.copyin(memoryview(raw))
     if capturing.now is not None: capturing.now.data.append(hash(raw))  # (a TinyJit's call: see Capture)
+    return uop
 
   # --- properties
   @property
@@ -995,7 +1018,7 @@ class Tensor:
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
   def cos(self) -> Tensor: return (self._float() + math.pi / 2).sin()
-  def relu(self) -> Tensor: return self.maximum(0)
+  def relu(self) -> Tensor: return (self <= 0).where(0, self)  # not maximum(x, 0): its gradient at 0 is 0 (nan stays)
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
   def abs(self) -> Tensor:
@@ -1187,6 +1210,50 @@ class Tensor:
     return products.sum(-1).cast(products.dtype)  # an int matmul keeps its dtype, as numpy's and torch's (sum: int64)
   def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
 
+  # --- gradients: the rules and the walk are the next section
+  _trainable: weakref.WeakSet = weakref.WeakSet()  # the tensors that require grad: where backward() puts gradients
+  @property
+  def requires_grad(self) -> bool|None: return self.__dict__.get("_requires_grad")  # None: never said
+  @requires_grad.setter
+  def requires_grad(self, value:bool|None):
+    if value and not dtypes.is_float(self.dtype):
+      raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
+    self._requires_grad = value
+    if value: Tensor._trainable.add(self); trainable_nodes.add(_lasting(self.uop))
+    else: Tensor._trainable.discard(self)
+  def gradient(self, *targets:Tensor, gradient:Tensor|None=None, materialize_grads=False) -> list[Tensor]:
+    """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. A
+    target it doesn't depend on through float ops raises, naming what stopped it, unless materialize_grads: zeros."""
+    for t in targets:
+      if not dtypes.is_float(t.dtype): raise TypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
+    grads, stops = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in targets])
+    for t in targets:
+      if _grad_node(t.uop) not in grads and not materialize_grads:
+        why = f"it reaches it only through ops that pass no gradient there ({', '.join(sorted(stops))})" if stops \
+              else "it doesn't depend on it"
+        raise RuntimeError(f"no gradient of {self!r} with respect to {t!r}: {why}")
+    return [grads[n] if (n := _grad_node(t.uop)) in grads else t.zeros_like() for t in targets]
+  def backward(self, gradient:Tensor|None=None) -> Tensor:
+    """Adds the gradients of this tensor (a scalar, or weighted by gradient) to .grad of each tensor that requires grad
+    and that it depends on."""
+    grads, _ = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in Tensor._trainable])
+    for t in list(Tensor._trainable):
+      if (g := grads.get(_grad_node(t.uop))) is not None: t.grad = g if t.grad is None else t.grad + g
+    return self
+  def _seeded(self, gradient:Tensor|None) -> tuple[Tensor, Tensor]:  # (this tensor, the gradient it starts with)
+    if not dtypes.is_float(self.dtype): raise TypeError(f"can't differentiate a tensor of {self.dtype.name}")
+    if gradient is None and self.numel() != 1:
+      raise ShapeError(f"backward of a tensor of shape {self.shape} needs a scalar, or gradient= of its shape")
+    if gradient is not None and gradient.shape != self.shape:
+      raise ShapeError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
+    return self, self.ones_like() if gradient is None else gradient.cast(self.dtype)
+  def detach(self) -> Tensor: return self._like(self.uop.detached())
+  class train(contextlib.ContextDecorator):
+    """with Tensor.train(): or @Tensor.train(): Tensor.training is mode inside, what it was after."""
+    def __init__(self, mode:bool=True): self.mode = mode
+    def __enter__(self): self.before, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc): Tensor.training = self.before
+
   # --- realization
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
@@ -1214,6 +1281,96 @@ class Tensor:
   def numpy(self):
     import numpy as np
     return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Gradients: a table of derivative rules, one per primitive, and one walk that applies them from the loss back. Each
+# rule takes the gradient of a node's output (g), the output (y) and its sources, as tensors, and gives one gradient a
+# source (None: none flows there). Gradients are lazy graphs like any other: scheduled, fused, with the forward pass.
+
+def _larger(g:Tensor, a:Tensor, b:Tensor) -> Tensor: return (a > b).where(g, (a == b).where(g * 0.5, 0))
+
+derivatives: dict[Ops, Callable] = {
+  Ops.ADD: lambda g, y, a, b: (g, g),                                   # (a + b)' = a' + b'
+  Ops.MUL: lambda g, y, a, b: (g * b, g * a),                           # (ab)' = a'b + ab'
+  Ops.NEG: lambda g, y, x: (-g,),
+  Ops.RECIP: lambda g, y, x: (-g * y * y,),                             # (1/x)' = -1/x^2
+  Ops.SQRT: lambda g, y, x: (g / (y * 2),),                             # (sqrt x)' = 1 / (2 sqrt x)
+  Ops.EXP2: lambda g, y, x: (g * y * math.log(2),),                     # (2^x)' = 2^x ln 2
+  Ops.LOG2: lambda g, y, x: (g / (x * math.log(2)),),                   # (log2 x)' = 1 / (x ln 2)
+  Ops.SIN: lambda g, y, x: (g * x.cos(),),                              # sin' = cos
+  Ops.MAX: lambda g, y, a, b: (_larger(g, a, b), _larger(g, b, a)),     # to the larger; at a tie, half to each
+  Ops.WHERE: lambda g, y, c, a, b: (None, c.where(g, 0), c.where(0, g)),  # to the branch taken
+  Ops.CAST: lambda g, y, x: (g.cast(x.dtype),),
+  Ops.CONTIGUOUS: lambda g, y, x: (g,),
+  Ops.REDUCE_AXIS: lambda g, y, x: (_reduced(g, y, x),),
+  Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move[0]](g, x, y.uop.arg.move[1]),),
+}
+
+def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
+  """A sum passes g to every element it adds; a max to the elements equal to it, split evenly among ties."""
+  op, axes = y.uop.arg
+  if op is Ops.ADD: return g.expand(x.shape)
+  hit = (x == y.expand(x.shape)).cast(g.dtype)
+  return hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape)
+
+# a move's inverse: (g, the tensor moved, the move's arg) -> g as a gradient of the tensor moved
+unmoves: dict[str, Callable] = {
+  "reshape": lambda g, x, shape: g.reshape(x.shape),
+  "permute": lambda g, x, order: g.permute(sorted(range(len(order)), key=order.__getitem__)),
+  "expand": lambda g, x, shape: g.sum(tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if a != b), keepdim=True),
+  "pad": lambda g, x, grow: g.shrink(tuple((b, b + s) for (b, _), s in zip(grow, x.shape))),
+  "shrink": lambda g, x, arg: g.pad(tuple((b, s - e) for (b, e), s in zip(arg, x.shape))),
+  "flip": lambda g, x, axes: g.flip(axes),
+}
+
+def _grad_sources(u:UOp) -> tuple[UOp, ...]:
+  """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
+  graph); a realized result, the graph it was computed from; any other node, its sources."""
+  if (origin := u.__dict__.get("computed_from")) is not None: return (origin,)
+  if u.op is not Ops.VIEW: return u.src
+  if (st := u.arg.before) is None: return ()
+  return (u.src[0],) if st.before is None and u.src[0].op is not Ops.BUFFER else (UOp(Ops.VIEW, u.dtype, u.src, st),)
+
+# The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again by
+# each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
+trainable_nodes: weakref.WeakSet = weakref.WeakSet()
+def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
+def _depends_on_trainable(u:UOp) -> bool:
+  return bool(trainable_nodes) and any(_lasting(n) in trainable_nodes for n in _grad_order(u))
+
+def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where a tensor's gradient arrives
+
+def _grad_order(root:UOp) -> list[UOp]:  # every node root's gradient flows through, sources first
+  order, seen, stack = [], set(), [(root, False)]
+  while stack:
+    u, done = stack.pop()
+    if done: order.append(u)
+    elif u not in seen:
+      seen.add(u)
+      stack += [(u, True)] + [(s, False) for s in _grad_sources(u)]
+  return order
+
+def gradients(seeded:tuple[Tensor, Tensor], targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
+  """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
+  from the root; and the ops that stopped a gradient on its way to a target (an int source, a WHERE's condition)."""
+  (root, seed), wanted = seeded, set(targets)
+  order = _grad_order(root.uop)
+  leads = set(wanted)  # the nodes some target is reached through
+  for u in order:
+    if any(s in leads for s in _grad_sources(u)): leads.add(u)
+  grads, stops = {root.uop: seed}, set()
+  tensor = functools.partial(Tensor._of, device=root.device)
+  for u in reversed(order):
+    sources = _grad_sources(u)
+    if (g := grads.get(u)) is None or not any(s in leads for s in sources): continue
+    if "computed_from" in u.__dict__: partials = (g,)  # a realized result: the values it was computed as
+    elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
+    else: partials = rule(g, tensor(u), *map(tensor, sources))
+    for s, d in zip(sources, partials):
+      if s not in leads: continue
+      if d is None or not dtypes.is_float(s.dtype): stops.add(u.op.name); continue
+      grads[s] = grads[s] + d if s in grads else d
+  return {t: grads[t] for t in targets if t in grads}, stops
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
@@ -1276,16 +1433,17 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
   while stack:
     u, ready = stack.pop()
     if u in row: continue
-    if ready: rows.append(Node(u.op, u.dtype, _key(u.arg), tuple(map(row.__getitem__, u.src))))
+    if ready: rows.append(Node(u.op, u.dtype, _key(_plain(u)), tuple(map(row.__getitem__, u.src))))
     elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
       b = view.src[0].arg
-      rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg))
+      rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.plain))
     else:
       stack += [(u, True)] + [(s, False) for s in u.src]
       continue
     row[u] = len(nodes)
     nodes.append(u)
   return Structure(device, tuple(rows), tuple(row[r] for r in roots)), list(slots), nodes
+def _plain(u:UOp) -> Any: return u.arg.plain if u.op is Ops.VIEW else u.arg  # a view without the moves that made it
 
 @dataclass
 class Plan:
@@ -1341,7 +1499,7 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
   graph: list[UOp] = []
   for r, u in zip(key.rows, nodes):
-    if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg))
+    if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), _plain(u)))
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
   return graph
 
@@ -1364,9 +1522,12 @@ def realized_view(u:UOp) -> UOp|None:
   if (ref := u.__dict__.get("realized")) is None or capturing.now is not None and u not in capturing.now.computed:
     return None
   return ref()
+# Where gradients may flow through it (it depends on a tensor that requires grad), the view keeps the graph too: a
+# realize() in the middle of a graph changes no gradient.
 def remember(u:UOp, view:UOp) -> UOp:
   u.__dict__["realized"] = weakref.ref(view)
   if capturing.now is not None: capturing.now.computed.add(u)
+  if u.op is not Ops.ASSIGN and _depends_on_trainable(u): view.__dict__["computed_from"] = u
   return view
 
 def _whole_buffer(u:UOp) -> bool:
