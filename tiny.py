@@ -27,7 +27,7 @@ One realize(), call by call:
 from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
-import warnings, contextlib
+import warnings, contextlib, types
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
@@ -675,7 +675,7 @@ class ShapeTracker:
   """Views, and how a tensor's view was made: its last movement op and the tracker that op was applied to (None where
   the views begin). Gradients walk these back one move at a time, each through its inverse. They are part of
   equality, so views made by different moves stay different nodes (x.reshape(12).reshape(3, 4) is not x: its gradient
-  passes through the (12,) view), and the scheduler drops them (`plain`): a kernel is keyed by what it reads. The
+  passes through the (12,) view), and the scheduler drops them (`bare`): a kernel is keyed by what it reads. The
   alternative, movement ops as nodes of their own until scheduling, builds a node per move and folds them again on
   every realize; here a chain of moves stays one VIEW node."""
   views: tuple[View, ...]
@@ -686,7 +686,7 @@ class ShapeTracker:
   @functools.cached_property
   def _hash(self) -> int: return hash((self.views, self.move, self.before))
   @functools.cached_property
-  def plain(self) -> ShapeTracker: return self if self.before is None else ShapeTracker(self.views)
+  def bare(self) -> ShapeTracker: return self if self.move is None else ShapeTracker(self.views)
   # graphs are built again and again with the same shapes: each view is made once, and found after (then a node that
   # holds it is found by identity)
   @staticmethod
@@ -786,6 +786,10 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
 
 class Tensor:
   _seed, _counter = 0, 0
+  # every tensor, and those that require grad (where backward() puts gradients), by id: a WeakSet would compare two
+  # references to one tensor with ==, which is elementwise here
+  _live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # what assign() looks through for readers
+  _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
   training = False  # what dropout and batch norm read: set by Tensor.train()
   def __init__(self, data, dtype:DType|str|None=None, device:str|None=None, requires_grad:bool|None=None):
@@ -797,6 +801,7 @@ class Tensor:
       self.uop = UOp.const(dtype, _checked(dtype, data))
     else: self.uop = self._copied_in(data, dtype)
     if requires_grad is not None: self.requires_grad = requires_grad
+    Tensor._live[id(self)] = self
   def _copied_in(self, data, dtype:DType|None) -> UOp:  # a list's values or a buffer's bytes, in device memory
     if isinstance(data, (list, tuple)):
       vals, shape = _flatten(data)
@@ -932,6 +937,7 @@ class Tensor:
   def _of(uop:UOp, device:str) -> Tensor:  # a tensor of a node, on a device __init__ has checked once
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, device
+    Tensor._live[id(t)] = t
     return t
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
@@ -1193,7 +1199,8 @@ class Tensor:
     ts = Tensor._unpack(ts)
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
-  def contiguous(self) -> Tensor: return self if _whole_buffer(self.uop) else self.clone()
+  def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
+    return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   # --- composites
@@ -1211,7 +1218,6 @@ class Tensor:
   def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
 
   # --- gradients: the rules and the walk are the next section
-  _trainable: weakref.WeakSet = weakref.WeakSet()  # the tensors that require grad: where backward() puts gradients
   @property
   def requires_grad(self) -> bool|None: return self.__dict__.get("_requires_grad")  # None: never said
   @requires_grad.setter
@@ -1219,8 +1225,8 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    if value: Tensor._trainable.add(self); trainable_nodes.add(_lasting(self.uop))
-    else: Tensor._trainable.discard(self)
+    if value: Tensor._trainable[id(self)] = self; trainable_nodes.add(_lasting(self.uop))
+    else: Tensor._trainable.pop(id(self), None)
   def gradient(self, *targets:Tensor, gradient:Tensor|None=None, materialize_grads=False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. A
     target it doesn't depend on through float ops raises, naming what stopped it, unless materialize_grads: zeros."""
@@ -1236,8 +1242,9 @@ class Tensor:
   def backward(self, gradient:Tensor|None=None) -> Tensor:
     """Adds the gradients of this tensor (a scalar, or weighted by gradient) to .grad of each tensor that requires grad
     and that it depends on."""
-    grads, _ = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in Tensor._trainable])
-    for t in list(Tensor._trainable):
+    trainable = list(Tensor._trainable.values())
+    grads, _ = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in trainable])
+    for t in trainable:
       if (g := grads.get(_grad_node(t.uop))) is not None: t.grad = g if t.grad is None else t.grad + g
     return self
   def _seeded(self, gradient:Tensor|None) -> tuple[Tensor, Tensor]:  # (this tensor, the gradient it starts with)
@@ -1255,6 +1262,20 @@ class Tensor:
     def __exit__(self, *exc): Tensor.training = self.before
 
   # --- realization
+  def assign(self, x) -> Tensor:
+    """Writes x into this tensor's buffer in place, lazily: when this tensor is next realized. A tensor computed from
+    this one before keeps the value it had: it is realized first, if it would read the buffer."""
+    x = self._const(x).cast(self.dtype)
+    if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
+    if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
+    if self.uop.op is not Ops.ASSIGN: self.buffer()  # a whole buffer to write into
+    target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
+    readers = [t for t in Tensor._live.values() if t is not self and t is not x and t.uop is not target and
+               any(u is target.src[0] for u in t.uop.toposort)]
+    for t in readers: t.uop = t.contiguous().uop  # (a view of the buffer too: a copy)
+    if readers: readers[0].realize(*readers[1:])
+    self.uop = UOp(Ops.ASSIGN, self.dtype, (target, x.uop))
+    return self
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
@@ -1262,6 +1283,7 @@ class Tensor:
       key, buffers, nodes = structure([t.uop for t in group], device)
       plan = planned(key, nodes)
       bufs = plan.run(buffers, device)
+      for r, view in plan.writes.items(): remember(nodes[r], view.rebind(bufs[view.src[0].arg.index]))
       for t, view in zip(group, plan.roots):
         if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
         else: t.uop = remember(t.uop, view.rebind(bufs[view.src[0].arg.index]))
@@ -1373,6 +1395,74 @@ def gradients(seeded:tuple[Tensor, Tensor], targets:list[UOp]) -> tuple[dict[UOp
   return {t: grads[t] for t in targets if t in grads}, stops
 
 # ---------------------------------------------------------------------------------------------------------------------
+# nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is lazy assigns to the
+# parameters and the optimizer's state, realized together: schedule_step() gives the tensors, step() realizes them.
+
+class Optimizer:
+  def __init__(self, params:list[Tensor], lr:float):
+    for t in params:
+      if t.requires_grad is None: t.requires_grad = True  # a parameter not said otherwise is trained
+    self.params = [t for t in params if t.requires_grad]
+    self.lr = Tensor([lr], device=self.params[0].device if self.params else None)  # a tensor: TinyJit replays read it
+    self.state: list[Tensor] = []  # what the optimizer keeps from step to step, assigned each step too
+  def zero_grad(self):
+    for t in self.params: t.grad = None
+  def step(self): Tensor.realize(*self.schedule_step())
+  def schedule_step(self) -> list[Tensor]:
+    """The parameters and the state, each assigned its next value: to realize together (with the loss)."""
+    for t in self.params:
+      if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
+    # each next value is made before any is assigned, by a call whose names are gone when it returns: a tensor still
+    # held that reads a parameter would be realized first, at its assign
+    nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
+    for t, new in zip(self.params, nexts): t.assign(new)
+    return self.params + self.state
+  def _zeros(self) -> list[Tensor]:  # a tensor of zeros in its own buffer per parameter
+    return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device).contiguous().realize() for t in self.params]
+
+class SGD(Optimizer):
+  """p -= lr * g, with g = grad + weight_decay * p; with momentum, b = momentum * b + g, and g = b (nesterov:
+  g + momentum * b), as torch's SGD (dampening 0)."""
+  def __init__(self, params:list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False):
+    super().__init__(params, lr)
+    self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    self.b = self.state = self._zeros() if momentum else []
+  def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
+    g = g + self.weight_decay * p
+    if self.momentum:
+      b = self.b[i].assign(self.momentum * self.b[i] + g)
+      g = g + self.momentum * b if self.nesterov else b
+    return p - self.lr * g
+
+class Adam(Optimizer):
+  """Adam, as torch's: moments m and v of the gradients, corrected for their start at zero; weight_decay adds
+  weight_decay * p to the gradient (L2). AdamW decouples it: p -= lr * weight_decay * p beside the update."""
+  decoupled = False
+  def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+    super().__init__(params, lr)
+    self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
+    self.m, self.v = self._zeros(), self._zeros()
+    self.b1_t, self.b2_t = Tensor([1.0], device=self.lr.device), Tensor([1.0], device=self.lr.device)  # b1, b2 ** step
+    self.state = self.m + self.v + [self.b1_t, self.b2_t]
+  def schedule_step(self) -> list[Tensor]:
+    self.b1_t.assign(self.b1_t * self.b1)
+    self.b2_t.assign(self.b2_t * self.b2)
+    return super().schedule_step()
+  def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
+    if not self.decoupled: g = g + self.weight_decay * p
+    m = self.m[i].assign(self.b1 * self.m[i] + (1 - self.b1) * g)
+    v = self.v[i].assign(self.b2 * self.v[i] + (1 - self.b2) * g * g)
+    up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
+    return p - self.lr * (up + self.weight_decay * p if self.decoupled else up)
+
+class AdamW(Adam):
+  decoupled = True
+  def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
+    super().__init__(params, lr, b1, b2, eps, weight_decay)
+
+nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW))
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
 # is requested, forced by contiguous(), or holds a reduce that would otherwise be recomputed; everything else fuses
 # into its consumer. Each kernel's AST is a SINK of STOREs over PARAMs.
@@ -1433,17 +1523,17 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
   while stack:
     u, ready = stack.pop()
     if u in row: continue
-    if ready: rows.append(Node(u.op, u.dtype, _key(_plain(u)), tuple(map(row.__getitem__, u.src))))
+    if ready: rows.append(Node(u.op, u.dtype, _key(_bare(u)), tuple(map(row.__getitem__, u.src))))
     elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
       b = view.src[0].arg
-      rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.plain))
+      rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
     else:
       stack += [(u, True)] + [(s, False) for s in u.src]
       continue
     row[u] = len(nodes)
     nodes.append(u)
   return Structure(device, tuple(rows), tuple(row[r] for r in roots)), list(slots), nodes
-def _plain(u:UOp) -> Any: return u.arg.plain if u.op is Ops.VIEW else u.arg  # a view without the moves that made it
+def _bare(u:UOp) -> Any: return u.arg.bare if u.op is Ops.VIEW else u.arg  # a view without the moves that made it
 
 @dataclass
 class Plan:
@@ -1453,10 +1543,13 @@ class Plan:
   items: list[Kernel]           # what each stores, by row
   made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
+  writes: dict[int, UOp]         # each assign's row -> its target: done once, so noted done as the roots are
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
   def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
     """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
-    bufs = buffers + [Buffer(device, size, dtype) for size, dtype in self.made]
+    made = [Buffer(device, size, dtype) for size, dtype in self.made]
+    if capturing.now is not None: capturing.now.made.update(made)
+    bufs = buffers + made
     if (launches := self.programs.get(settings := (getenv("NOOPT"), getenv("BEAM")))) is None:
       launches = self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
     launch(loaded(launches, device), bufs)
@@ -1482,24 +1575,29 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   for each stored node after the graph's own, the kernels. What each kernel stores is named by its row."""
   graph = over_slots(key, nodes)
   sink = UOp(Ops.SINK, None, tuple(graph[i] for i in key.roots))
-  split = rebuild(sink, lambda u, new: pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS
-                  else new)
+  became: dict[UOp, UOp] = {}  # each node of the graph -> the node it is after its reduces are split and packed
+  def split_and_pack(u:UOp, new:UOp) -> UOp:
+    became[u] = pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS else new
+    return became[u]
+  split = rebuild(sink, split_and_pack)
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
   first = len({r.slot for r in key.rows if isinstance(r, Read)})
-  views = {r: UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(first + i, prod(r.shape))),),
-                  ShapeTracker.contiguous(r.shape)) for i, r in enumerate(reads)}
+  made = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in its target's buffer
+  views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first + i, prod(u.shape))),),
+                  ShapeTracker.contiguous(u.shape)) for i, u in enumerate(made)}
+  views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
   items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
-  rows = {u: i for i, u in enumerate(graph)}  # and a root split_reduce rebuilt has the row of the root it stands for
-  rows |= {new: rows[root] for root, new in zip(sink.src, split.src)}
+  rows = {became[u]: i for i, u in enumerate(graph)}
   for item in items: item.stores = {rows[u]: view for u, view in item.stores.items() if u in rows}
   held = {r: view for item in items for r, view in item.stores.items()}
-  return Plan(items, [(prod(r.shape), r.dtype) for r in reads], [held.get(r) for r in key.roots])
+  return Plan(items, [(prod(u.shape), u.dtype) for u in made], [held.get(r) for r in key.roots],
+              {r: view for r, view in held.items() if graph[r].op is Ops.ASSIGN})
 
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
   graph: list[UOp] = []
   for r, u in zip(key.rows, nodes):
-    if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), _plain(u)))
+    if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), _bare(u)))
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
   return graph
 
@@ -1614,6 +1712,8 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
   stored: dict[UOp, str] = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
+  stored |= {u: "assign" for u in order if u.op is Ops.ASSIGN}
+  stored |= {u.src[1]: "assigned from its own buffer moved" for u in order if u.op is Ops.ASSIGN and _reads_moved(u)}
   stored |= {u: "output" for u in sink.src if not _whole_buffer(u)}
   while True:
     realize, fused, again = dict(stored), {}, {}
@@ -1634,6 +1734,13 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       elif f.cost * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
     if not again: return realize, {u: f.reduce for u, f in fused.items()}
     stored |= again
+
+def _reads_moved(a:UOp) -> bool:
+  """Whether an ASSIGN's value reads its buffer other than element by element, where it writes: through another view,
+  or in a reduce. Computed in one kernel with the writes, it could read an element already written."""
+  target, value = a.src
+  return any(u.op is Ops.VIEW and u.src[0] is target.src[0] and u is not target or
+             u.op is Ops.REDUCE_AXIS and target in u.toposort for u in value.toposort)
 
 def _axes(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
   return r.src[0].shape, tuple(sorted(r.arg[1]))
@@ -1683,7 +1790,8 @@ def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str]) -> Kernel:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
-  stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
+  stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o.src[1] if o.op is Ops.ASSIGN else o, ctx)))
+                 for p, o in zip(params, outs))
   return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs},
                 ",".join(dict.fromkeys(why[o] for o in outs)))
 
@@ -3310,6 +3418,8 @@ class Capture:
   seconds: float = 0.0  # the time its kernels took on the device, each waited for
   data: list[int|Place] = field(default_factory=list)
   computed: set[UOp] = field(default_factory=set)  # the nodes it realized (see realized_view)
+  made: set[Buffer] = field(default_factory=set)  # the buffers its plans made: a replay makes its own (an assign's
+                                                  # target was there before: a replay writes it again)
   def fingerprint(self) -> list:  # its data, equal for calls that made the same (rand's places from where each began)
     return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
 
@@ -3364,7 +3474,8 @@ class TinyJit:
     try: out = self.run(args, kwargs)
     finally: call, capturing.now = capturing.now, outer
     if outer is not None:  # a jit around this one's
-      outer.launches += call.launches; outer.data += call.data; outer.computed |= call.computed
+      outer.launches += call.launches; outer.data += call.data
+      outer.computed |= call.computed; outer.made |= call.made
     if key not in self.first: self.first[key] = call.fingerprint()
     elif call.fingerprint() != self.first[key]:
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
@@ -3400,7 +3511,7 @@ class Replay:
         if i >= l.outputs and b in returned:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
-        (made if i < l.outputs else held).append(b)
+        (made if i < l.outputs and b in call.made else held).append(b)
     outs: list[Tensor] = []
     mapped(out, outs.append)  # (collects them)
     held += [b for b in dict.fromkeys(t.uop.src[0].arg for t in outs) if b not in given + made + held]
