@@ -452,6 +452,69 @@ def first_calls(dev:str, peers:list[Peer]) -> list[dict]:
   shutil.rmtree(env["TINY_CACHE"], ignore_errors=True)
   return rows
 
+# A training step of a 784-256-10 MLP on a batch of 64 with Adam: forward, backward and the update, as a user runs it.
+# Each library alone in a process of its own (a peer's thread pool would slow the next contender), each step timed
+# after warm-up; tiny eagerly (realize) and under TinyJit, torch eagerly, tinygrad under its TinyJit.
+TRAIN_STEP = """
+import sys, time, json, random
+lib, dev = sys.argv[1], sys.argv[2]
+rng = random.Random(0)
+data = [[rng.uniform(-1, 1) for _ in range(784)] for _ in range(64)], [rng.randrange(10) for _ in range(64)]
+if lib in ("tiny", "tiny-jit", "tinygrad"):
+  if lib == "tinygrad": from tinygrad import Tensor, TinyJit, nn
+  else: from tiny import Tensor, TinyJit, nn
+  Tensor.manual_seed(0)
+  Tensor.training = True  # (tinygrad's optimizers ask for it)
+  l1, l2 = nn.Linear(784, 256), nn.Linear(256, 10)
+  opt = nn.optim.Adam(nn.state.get_parameters([l1, l2]), lr=1e-3)
+  x, y = Tensor(data[0], device=dev), Tensor([[float(c == k) for k in range(10)] for c in data[1]], device=dev)
+  def step(x, y):
+    opt.zero_grad()
+    loss = -l2(l1(x).relu()).log_softmax(-1).mul(y).sum(-1).mean()
+    loss.backward()
+    opt.step()
+    return loss
+  run = step if lib == "tiny" else TinyJit(step)
+  def call(): return run(x, y).item()
+else:
+  import torch
+  l1, l2 = torch.nn.Linear(784, 256), torch.nn.Linear(256, 10)
+  opt = torch.optim.Adam(list(l1.parameters()) + list(l2.parameters()), lr=1e-3)
+  x, y = torch.tensor(data[0]), torch.tensor(data[1])
+  def call():
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(l2(l1(x).relu()), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+losses = [call() for _ in range(5)]
+times = []
+for _ in range(int(sys.argv[3])):
+  start = time.perf_counter(); losses.append(call()); times.append(time.perf_counter() - start)
+info = {"seconds": sorted(times)[len(times) // 2], "learns": losses[-1] < losses[0]}
+if lib == "tiny-jit":
+  replay, = run.replays.values()
+  info |= {"kernels": len(replay.launches),
+           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) + sum(n * d.itemsize for _, n, d in replay.made)}
+print(json.dumps(info))
+"""
+
+def training_row(dev:str, peers:list[Peer], steps:int) -> dict:
+  def timed(lib:str) -> dict:
+    run = subprocess.run([sys.executable, "-c", TRAIN_STEP, lib, dev, str(steps)], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    if run.returncode != 0: print(f"\ntraining step, {lib}: {run.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+    return json.loads(run.stdout) if run.returncode == 0 else {"seconds": "error", "learns": False}
+  jit, eager = timed("tiny-jit"), timed("tiny")
+  times = {p.name: timed(p.name)["seconds"] if p.name in ("torch", "tinygrad") else "—" for p in peers}
+  tiny = jit["seconds"] if jit["learns"] else "WRONG"
+  return {"name": "train step: MLP 784-256-10, Adam", "size": "batch 64", "shape": (64, 784), "bytes": 0, "flops": 0,
+          "tiny": tiny, "baseline": eager["seconds"], "seconds": times | {"tiny": tiny, "baseline": eager["seconds"]},
+          "gb_per_s": None, "gflop_per_s": None, "pct_peak": None, "python_seconds": None,
+          "vs_baseline": tiny / eager["seconds"] if isinstance(tiny, float) and isinstance(eager["seconds"], float) else None,
+          "kernels": [f"TinyJit; baseline: realize(); {jit.get('kernels', '?')} kernels a step, "
+                      f"{jit.get('bytes', 0) / 2**20:.1f} MB of buffers"]}
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The table, and the same numbers as JSON.
 
@@ -525,6 +588,8 @@ def main():
     for prog in PROGRAMS:
       progress(prog.name)
       results.append(program_row(prog, dev, peers, reps, budget))
+  progress("a training step, each library in its own process")
+  results.append(training_row(dev, peers, 20 if args.quick else 200))
   progress("first calls in a new process")
   results += first_calls(dev, peers)
   progress("")

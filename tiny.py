@@ -836,6 +836,7 @@ class Tensor:
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
+  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
   def __len__(self):
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
@@ -905,6 +906,18 @@ class Tensor:
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
     return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
+  @staticmethod
+  def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
+    return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.float)
+  @staticmethod
+  def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
+    return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
+  @staticmethod
+  def glorot_uniform(*shape, dtype=None, device=None) -> Tensor:  # Glorot and Bengio: fan in and fan out
+    shape = Tensor._unpack(shape)
+    bound = math.sqrt(6 / (shape[0] + prod(shape[1:])))
+    return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
   @staticmethod
   def randn(*shape, dtype=None, device=None) -> Tensor:
     shape = Tensor._unpack(shape)
@@ -1031,6 +1044,7 @@ class Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
     return self.maximum(-self) + 0  # (+0: max keeps the first of -0.0 and 0.0, and abs(-0.0) is 0.0)
   def square(self) -> Tensor: return self * self
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
 
   # --- reductions
   def _axes(self, axis) -> tuple[int, ...]:
@@ -1159,9 +1173,11 @@ class Tensor:
     x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
     return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
+    if isinstance(idx, Tensor): return self._gather_rows(idx)
     idx = list(idx) if isinstance(idx, tuple) else [idx]
     if any(isinstance(i, (Tensor, list, tuple)) for i in idx):
-      raise TypeError("indexing with a tensor or a list (fancy indexing) is not supported: use ints, slices, None, ...")
+      raise TypeError("indexing with tensors beside other indices is not supported: one int tensor, or ints, slices, "
+                      "None, ...")
     ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
     if len(ellipses) > 1: raise IndexError("an index can only have one ellipsis")
     used = sum(1 for i in idx if i is not None and i is not Ellipsis)
@@ -1184,6 +1200,20 @@ class Tensor:
       if step > 1: x = x._stride(dim, step)
       dim += 1
     return x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze)) if squeeze else x
+  def _gather_rows(self, idx:Tensor) -> Tensor:
+    """x[idx] for an int tensor idx: (*idx.shape, *x.shape[1:]), each element of idx picking a row of x (negative ones
+    from the end) by comparing it with every row's number, as nn.Embedding does; one out of range picks none: zeros."""
+    if not dtypes.is_int(idx.dtype): raise TypeError(f"a tensor index must be of ints, not {idx.dtype.name}")
+    if not self.ndim: raise IndexError("can't index a 0-d tensor")
+    n, rest = self.shape[0], (1,) * (self.ndim - 1)
+    rows = Tensor.arange(n, device=self.device).reshape(n, *rest)
+    picked = (idx < 0).where(idx + n, idx).reshape(*idx.shape, 1, *rest) == rows
+    return picked.where(self, 0).sum(idx.ndim).cast(self.dtype)
+  def to(self, device:str) -> Tensor:  # a copy on another device (this tensor where it is there)
+    if Device.canonical(device) == self.device: return self
+    out = Tensor.empty(*self.shape, dtype=self.dtype, device=device)
+    out.buffer().copyin(self.buffer().copyout())
+    return out
   def cat(self, *others, dim=0) -> Tensor:
     ts, d = [self, *others], self._dim(dim)
     for t in ts:
@@ -1216,6 +1246,41 @@ class Tensor:
     products = x * w
     return products.sum(-1).cast(products.dtype)  # an int matmul keeps its dtype, as numpy's and torch's (sum: int64)
   def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
+  def linear(self, weight:Tensor, bias:Tensor|None=None) -> Tensor:
+    x = self * weight if weight.ndim == 1 else self.dot(weight)
+    return x if bias is None else x + bias
+  def layernorm(self, axis=-1, eps:float=1e-5) -> Tensor:  # each row to mean 0 and variance 1
+    x = self - self.mean(axis, keepdim=True)
+    return x * ((x * x).mean(axis, keepdim=True) + eps).rsqrt()
+  def batchnorm(self, weight:Tensor|None, bias:Tensor|None, mean:Tensor, invstd:Tensor, axis=1) -> Tensor:
+    """(x - mean) * invstd * weight + bias, each of those given along axis (the channels)."""
+    axes = self._axes(axis)
+    shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+    x = (self - mean.reshape(shape)) * invstd.reshape(shape)
+    if weight is not None: x = x * weight.reshape(shape)
+    return x if bias is None else x + bias.reshape(shape)
+  def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
+    """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
+    the input padded, a strided view of it for each kernel position, stacked, multiplied by the weights and summed over
+    channels and positions: one reduce, as a matmul is."""
+    (n, c, *size), (o, per_group, *kernel) = self.shape, weight.shape
+    if self.ndim != weight.ndim or self.ndim < 3 or c != per_group * groups or o % groups:
+      raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
+    dims = len(size)
+    stride, dilation = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation)]
+    if isinstance(padding, int): padding = ((padding, padding),) * dims
+    elif len(padding) == dims: padding = tuple((p, p) for p in padding)
+    else: padding = tuple(zip(padding[-2::-2], padding[::-2]))  # flat, torch's order: the last dim's first
+    x = self.pad(((0, 0), (0, 0)) + tuple(padding))
+    out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(dims)]
+    if any(v <= 0 for v in out): raise ShapeError(f"conv2d's kernel {tuple(kernel)} is larger than the padded input")
+    windows = [x[(slice(None), slice(None)) + tuple(slice(p * d, p * d + s * (v - 1) + 1, s) for p, d, s, v in
+                                                  zip(at, dilation, stride, out))]
+               for at in itertools.product(*map(range, kernel))]
+    cols = Tensor.stack(*windows, dim=2).reshape(n, groups, 1, per_group, prod(kernel), *out)
+    w = weight.reshape(1, groups, o // groups, per_group, prod(kernel), *(1,) * dims)
+    y = (cols * w).sum((3, 4)).reshape(n, o, *out)
+    return y if bias is None else y + bias.reshape(1, o, *(1,) * dims)
 
   # --- gradients: the rules and the walk are the next section
   @property
@@ -1272,7 +1337,8 @@ class Tensor:
     target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
     readers = [t for t in Tensor._live.values() if t is not self and t is not x and t.uop is not target and
                any(u is target.src[0] for u in t.uop.toposort)]
-    for t in readers: t.uop = t.contiguous().uop  # (a view of the buffer too: a copy)
+    for t in readers:  # a view of the buffer is copied; a graph is realized into buffers of its own anyway
+      if t.uop.op is Ops.VIEW and t.uop.src[0] is target.src[0]: t.uop = t.clone().uop
     if readers: readers[0].realize(*readers[1:])
     self.uop = UOp(Ops.ASSIGN, self.dtype, (target, x.uop))
     return self
@@ -1460,7 +1526,135 @@ class AdamW(Adam):
   def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
     super().__init__(params, lr, b1, b2, eps, weight_decay)
 
-nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW))
+# Layers: thin wrappers over Tensor methods, with tinygrad's parameter names and initialization, so that state dict keys
+# match tinygrad's (and torch's)
+
+def trained(t:Tensor|None) -> Tensor|None:  # a layer's parameter: it requires grad
+  if t is not None: t.requires_grad = True
+  return t
+
+class Linear:
+  def __init__(self, in_features:int, out_features:int, bias=True):
+    bound = 1 / math.sqrt(in_features)
+    self.weight = trained(Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5)))
+    self.bias = trained(Tensor.uniform(out_features, low=-bound, high=bound)) if bias else None
+  def __call__(self, x:Tensor) -> Tensor: return x.linear(self.weight.T, self.bias)
+
+class Conv2d:
+  def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
+    self.kernel_size = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+    self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+    self.weight = trained(Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5)))
+    bound = 1 / math.sqrt(prod(self.weight.shape[1:]))
+    self.bias = trained(Tensor.uniform(out_channels, low=-bound, high=bound)) if bias else None
+  def __call__(self, x:Tensor) -> Tensor:
+    return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+class LayerNorm:
+  def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+    self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    self.axis, self.eps = tuple(-1 - i for i in range(len(self.normalized_shape))), eps
+    self.weight = trained(Tensor.ones(*self.normalized_shape)) if elementwise_affine else None
+    self.bias = trained(Tensor.zeros(*self.normalized_shape)) if elementwise_affine else None
+  def __call__(self, x:Tensor) -> Tensor:
+    x = x.layernorm(self.axis, self.eps)
+    return x if self.weight is None else x * self.weight + self.bias
+
+class BatchNorm:
+  """Normalizes each channel (axis 1) by the batch's statistics in Tensor.train(), and by the running ones kept from
+  them (momentum: how much a batch moves them; the variance unbiased) outside it."""
+  def __init__(self, sz:int, eps=1e-5, affine=True, track_running_stats=True, momentum=0.1):
+    self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
+    self.weight, self.bias = (trained(Tensor.ones(sz)), trained(Tensor.zeros(sz))) if affine else (None, None)
+    if track_running_stats:  # state, not parameters: an optimizer given them leaves them
+      self.running_mean, self.running_var = Tensor.zeros(sz), Tensor.ones(sz)
+      self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.long)
+      for t in (self.running_mean, self.running_var, self.num_batches_tracked): t.requires_grad = False
+  def __call__(self, x:Tensor) -> Tensor:
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    if self.track_running_stats and not Tensor.training: mean, var = self.running_mean, self.running_var
+    else:
+      mean = x.mean(axes)
+      var = (x - mean.detach().reshape(1, -1, *(1,) * (x.ndim - 2))).square().mean(axes)
+      if self.track_running_stats and Tensor.training:
+        n = x.numel() / x.shape[1]
+        self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
+        self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * n / (n - 1) * var.detach())
+        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+    return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+class Embedding:
+  def __init__(self, vocab_size:int, embed_size:int):
+    self.vocab_sz, self.embed_sz = vocab_size, embed_size
+    self.weight = trained(Tensor.glorot_uniform(vocab_size, embed_size))
+  def __call__(self, idx:Tensor) -> Tensor: return self.weight[idx]
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Weights on disk: a model's tensors by name, and safetensors files: an 8-byte little-endian header length, a JSON header
+# of each tensor's dtype, shape and byte offsets in the data, then the data, little-endian.
+
+def get_state_dict(obj, prefix:str="") -> dict[str, Tensor]:
+  """Every tensor an object holds, by its path of attribute names, list indices and dict keys: "l1.weight"."""
+  if isinstance(obj, Tensor): return {prefix.strip("."): obj}
+  if hasattr(obj, "_asdict"): obj = obj._asdict()  # a named tuple
+  elif hasattr(obj, "__dict__") and not isinstance(obj, type): obj = obj.__dict__
+  items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+  return {k: v for key, item in items for k, v in get_state_dict(item, f"{prefix}{key}.").items()}
+
+def get_parameters(obj) -> list[Tensor]: return list(get_state_dict(obj).values())
+
+def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
+  """Assigns each tensor of the model the one of its name (a missing one raises, unless not strict), and realizes them."""
+  own = get_state_dict(model)
+  for name, t in own.items():
+    if name not in state_dict:
+      if strict: raise KeyError(f"{name!r} is not in the state dict (it has {', '.join(state_dict) or 'nothing'})")
+      continue
+    if state_dict[name].shape != t.shape:
+      raise ShapeError(f"{name!r} is {state_dict[name].shape} in the state dict, but {t.shape} in the model")
+    t.assign(state_dict[name].to(t.device))
+  if own: Tensor.realize(*own.values())
+
+SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "U32": dtypes.uint32,
+                      "I32": dtypes.int32, "I64": dtypes.int64, "F16": dtypes.float16, "F32": dtypes.float32}
+
+def safe_save(tensors:dict[str, Tensor], path, metadata:dict[str, str]|None=None) -> None:
+  header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+  names, at = {d: n for n, d in SAFETENSORS_DTYPES.items()}, 0
+  for name, t in tensors.items():
+    header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [at, at + t.nbytes()]}
+    at += t.nbytes()
+  text = json.dumps(header, separators=(",", ":")).encode()
+  text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+  with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    for t in tensors.values(): f.write(t.contiguous().buffer().copyout())
+
+def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
+  """The tensors of a safetensors file. A file that doesn't hold what its header says raises a ValueError naming why."""
+  with open(path, "rb") as f: raw = f.read()
+  if len(raw) < 8 or (size := struct.unpack("<Q", raw[:8])[0]) > len(raw) - 8:
+    raise ValueError(f"{path}: not a safetensors file: its header length is past the end of the file")
+  try: header = json.loads(raw[8:8 + size])
+  except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{path}: its header is not JSON ({e})") from None
+  data, out = memoryview(raw)[8 + size:], {}
+  for name, info in header.items():
+    if name == "__metadata__": continue
+    if info.get("dtype") not in SAFETENSORS_DTYPES:
+      raise ValueError(f"{path}: {name!r} has dtype {info.get('dtype')!r}, not one of {', '.join(SAFETENSORS_DTYPES)}")
+    dtype, shape, (start, end) = SAFETENSORS_DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
+    if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
+      raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
+    out[name] = Tensor.empty(*shape, dtype=dtype, device=device)
+    out[name].buffer().copyin(data[start:end])
+  return out
+
+nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW),
+                           state=types.SimpleNamespace(get_state_dict=get_state_dict, get_parameters=get_parameters,
+                                                       load_state_dict=load_state_dict, safe_save=safe_save,
+                                                       safe_load=safe_load),
+                           Linear=Linear, Conv2d=Conv2d, LayerNorm=LayerNorm, BatchNorm=BatchNorm, BatchNorm2d=BatchNorm,
+                           Embedding=Embedding)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
