@@ -1569,12 +1569,10 @@ class Program:
   info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
   opts: str = ""  # the opts it was lowered with, for DEBUG=2
   def dumps(self) -> bytes:  # for the disk cache: what runs source needs (the uops run only on the emulator)
-    return json.dumps({"name": self.name, "src": self.src, "global_size": self.global_size,
-                       "local_size": self.local_size, "info": self.info, "opts": self.opts}).encode()
+    return json.dumps({k: v for k, v in vars(self).items() if k != "uops"}).encode()
   @staticmethod
-  def loads(text:bytes) -> Program:
-    d = json.loads(text)
-    return Program(d["name"], d["src"], [], *(tuple(d[k]) for k in ("global_size", "local_size", "info")), d["opts"])
+  def loads(text:bytes) -> Program:  # (JSON has lists where the sizes were tuples)
+    return Program(uops=[], **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()})
 
 widths = (4, 8, 16)  # lanes a vector may have: GPUs load float4s; a CPU's registers hold 4, 8 or 16 floats
 
@@ -1636,7 +1634,7 @@ def _cost(ast:UOp) -> tuple[int, int]:
 # ranges into addresses and gates. What comes out is index math that the symbolic rules simplify.
 
 range_ids = itertools.count()
-def new_range(size:int, kind:AxisType) -> UOp:
+def new_range(size:int, kind:AxisType) -> UOp:  # (of size 1: the constant 0, which opts and lanes rely on)
   return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), Axis(next(range_ids), kind)) if size != 1 \
     else UOp.const(dtypes.index, 0)
 
@@ -1792,6 +1790,7 @@ def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]  # f's bits: 22, 24 and 24 of them
   up = a.const_like(2**21 - 1) < a  # f >= 1/2: the next quadrant, at f - 1, kept as its magnitude 2**70 - f
   q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
+  # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
   borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
   borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
   def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
@@ -1807,7 +1806,7 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   # e is the exponent field - 150, so bit e-1 is the table's bit (field - 152) + 32: a word, then a shift
   m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
   word, shift = start >> 5, start & 31
-  def pick(j:int) -> UOp:  # the table's word + j
+  def pick(j:int) -> UOp:  # the table's word + j: a select for each word 0..3, else 4 (the largest exponents')
     first = mag.const_like(two_over_pi[4 + j])
     return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
       mag.const_like(two_over_pi[i + j]), rest), range(3, -1, -1), first)
@@ -1815,10 +1814,10 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
   # logical shift, which is 0 at shift 0)
   ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
-  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W
+  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W; one that straddles two words takes its top bits from the next
     i, o = divmod(bit, 32)
-    low = ws[i] >> o & min(0xFFF, (1 << (32 - o)) - 1)
-    return low if o <= 20 else low | (ws[i + 1] & (1 << (o - 20)) - 1) << (32 - o)
+    low = (ws[i] >> o) & min(0xFFF, (1 << (32 - o)) - 1)
+    return low if o <= 20 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))
   w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
   d, carry = [], m.const_like(0)
   for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
@@ -1928,20 +1927,16 @@ class Opt:
   amount: int
   def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
 
-def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
-  """The heuristic's opts, then the launch's; returned with the opts applied."""
+def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:  # the heuristic's opts, then the launch's, applied
   if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink, ()
-  return launch_opts(*apply_opts(sink, heuristic(sink, dev)), dev)
-
-def apply_opts(sink:UOp, opts:Sequence[Opt]) -> tuple[UOp, tuple[Opt, ...]]:
+  opts = tuple(heuristic(sink, dev))
   for opt in opts: sink = apply_opt(sink, opt)
-  return sink, tuple(opts)
+  return launch_opts(sink, opts, dev)
 
 def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
   """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
   for step in (local_opts,) if dev.gpu else (tile_order, thread_opts):
-    more = step(sink, dev)
-    sink, opts = apply_opts(sink, more)[0], opts + tuple(more)
+    for opt in step(sink, dev): sink, opts = apply_opt(sink, opt), opts + (opt,)
   return sink, opts
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
@@ -1952,6 +1947,7 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
   expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
+  # a reduce over the split range runs over both of its parts
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
@@ -1975,9 +1971,7 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   return rebuild(sink, add)
 
 def heuristic(sink:UOp, dev:Target) -> list[Opt]:
-  """Hand-coded opts, in tinygrad's spirit: on a GPU, a block-wide reduction where it pays (shared_reduces); else
-  vectors on the contiguous output axis, a register tile, unrolled reduce loops (lanes_and_tiles). The threads of a
-  block (GPU) or the cores (CPU) come after, in launch_opts."""
+  """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
   return (shared_reduces(sink, dev) if dev.gpu else []) or lanes_and_tiles(sink, dev)
 
 def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
@@ -1988,16 +1982,17 @@ def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   inner = list(dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE))  # each reduce's innermost loop
   if cols := ranges(sink, AxisType.LOOP):
-    block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
+    block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())  # (the power of two at or above its size)
     return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
-  out_size = prod(r.size for r in glob)
-  rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
+  if not red: return []
+  out_size, n = prod(r.size for r in glob), red[-1].size
+  rows = n >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
-  if not red or not (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows): return []
+  if not (out_size <= 2048 or (out_size < 2**14 and n >= 256) or rows): return []
   # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
   # their groups run in turn, on one thread id
   shared = [red[-1]] if _nested(sink) else inner
-  return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1))) for r in shared]
+  return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (n.bit_length() - 1))) for r in shared]  # (2**k <= n)
 
 def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   """Vectors on the contiguous output axis, a matmul's register tile, a row's outputs as vectors after its reduces, and
@@ -2009,9 +2004,9 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
   out_size, w = prod(r.size for r in glob), dev.width
   if not red and glob and _unit_stride(sink, glob[-1]):
-    # a vector a step, the last past the end (safe only with no next row to run into), or as wide as the rows fill
-    if amount := w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev):
-      opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+    # one row: a vector a step, the last one into the padding past the end (see apply_opt); rows: as wide as each fills
+    amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev)
+    if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
     # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
@@ -2022,7 +2017,7 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
     if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
        _may_be_lanes(sink, r):
       opts.append(Opt(AxisType.UPCAST, r, n))
-  tile = bool(opts)
+  tile = bool(opts)  # (the upcasts made with a reduce are a tile's)
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
     opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
@@ -2047,7 +2042,8 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r 
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
 def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next element as r steps (other ranges at 0)
   def at(addr:UOp, v:int) -> int:
-    return simplify(substitute(addr, {x: x.const_like(v * (x is r)) for x in addr.toposort if x.op is Ops.RANGE})).arg
+    at_v = {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}
+    return simplify(substitute(addr, at_v)).arg
   return all(at(x.addr, 1) - at(x.addr, 0) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
@@ -2098,24 +2094,30 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 
 # BEAM=n: the opts of each new kernel searched by timing candidates on the device itself, as tinygrad's BEAM does. The
 # program found goes to the disk cache under BEAM=n, so a kernel is searched once per machine.
+class Timed(NamedTuple):  # a kernel the search ran: its time, its graph with the opts applied, the opts, its program
+  time: float
+  sink: UOp
+  opts: tuple[Opt, ...]
+  prog: Program
+
 def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   """From no opts, each step extends each of the `width` fastest kernels of the last by one more opt (candidates),
   times every new one, and keeps the `width` fastest; it stops when a step finds none faster than the last. The
   heuristic's kernel is timed too, so a search never picks a slower one."""
   target = Device.target(device)
   bufs = [Buffer(device, u.arg.size, u.dtype) for u in params(ast)]
-  def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[tuple[float, UOp, tuple[Opt, ...], Program]]:
+  def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[Timed]:  # those that ran, fastest first
     progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
     fns = compile_pool(os.getpid()).map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
     times = [_tried(_time, fn, p, bufs) if fn else None for fn, p in zip(fns, progs)]
-    return sorted(((t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None),
-                  key=lambda c: c[0])
-  def extended(beams) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
-    return [(apply_opt(s, o), opts + (o,)) for _, s, opts, _ in beams[:width] for o in candidates(s, target)]
+    ran = [Timed(t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None]
+    return sorted(ran, key=lambda c: c.time)
+  def extended(beams:list[Timed]) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
+    return [(apply_opt(c.sink, o), c.opts + (o,)) for c in beams[:width] for o in candidates(c.sink, target)]
   beams = timed([(sink, ())])
-  while (found := timed(extended(beams))) and (not beams or found[0][0] < beams[0][0]): beams = found
+  while (found := timed(extended(beams))) and (not beams or found[0].time < beams[0].time): beams = found
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
-  return beams[0][3] if beams and beams[0][0] < _time(Device[device].program(prog), prog, bufs) else prog
+  return beams[0].prog if beams and beams[0].time < _time(Device[device].program(prog), prog, bufs) else prog
 
 def candidates(sink:UOp, dev:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
@@ -2129,10 +2131,11 @@ def candidates(sink:UOp, dev:Target) -> list[Opt]:
   kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []), AxisType.LOOP: [AxisType.UPCAST],
            AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if blocks else [])}
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
-    if kind in (AxisType.UPCAST, AxisType.UNROLL): return r.size % n == 0 and lanes * n <= 64
+    if kind is AxisType.UPCAST: return r.size % n == 0 and lanes * n <= 64 and _may_be_lanes(sink, r)
+    if kind is AxisType.UNROLL: return r.size % n == 0 and lanes * n <= 64
     return n <= dev.local_max
-  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) if kind is not AxisType.UPCAST or
-          _may_be_lanes(sink, r) for n in (2, 4, 8, 16, 32, 64, 128, 256) if n < r.size and fits(kind, r, n)]
+  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 128, 256)
+          if n < r.size and fits(kind, r, n)]
 
 def _tried(fn:Callable, *args):  # a candidate that fails to compile or to launch (too many registers, say) is none
   try: return fn(*args)
@@ -2179,7 +2182,7 @@ def to_lanes(sink:UOp, dev:Target) -> UOp:
                                 for lane in lanes(st, [r for r in ranges(st)[::-1] if r.kind in copied])))
 
 def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a core runs each level's ops side by side
-  while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) & ~1:]
+  while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2:]
   return xs[0]
 
 def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
@@ -2194,8 +2197,8 @@ def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
   found = [(count(r, w), r, w)
            for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL) if (w := _filled(r.size, dev))]
   free, chosen = [f for u, f in free_ranges(sink).items() if u is not sink], []
-  for (_, n), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
-    if n and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
+  for (_, total), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
+    if total and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
@@ -2228,7 +2231,7 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
     if (x.arg if x.op is Ops.REDUCE else x.op) in ops and vec in vector_types and \
-       any(_is_vector(done[s]) for s in x.src):  # (index math stays lanes)
+       any(_is_vector(done[s]) for s in x.src):  # (a reduce by the op it combines with; index math stays lanes)
       if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
       if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
         return UOp(x.op, vec, tuple(_whole(done[s], w) for s in x.src), x.arg)
@@ -2319,16 +2322,17 @@ def to_accumulators(sink:UOp) -> UOp:
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
-    # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
-    # where the value it adds doesn't depend on it
+    # the update reads the accumulator as it is in this iteration of the innermost loop (the LOAD's source in an
+    # address's place is that loop's range; after the loop, its END), so it runs in the loop even where the value it
+    # adds doesn't depend on it
     now = [UOp(Ops.LOAD, a.dtype, (a, rs[-1])) for a in accs]
     body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(u.arg, substitute(u.src[0], done))) + rs)
                  for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in inside[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
     after.update({st.buf: body[0] for st in inside[rs] if st.op is Ops.STORE})
-  # a load of a buffer the kernel stores values into (see reread) reads it as those stores, or the loop they are in,
-  # leave it: a BARRIER of the buffer after them
+  # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
+  # after the loop they are in), so linearize places it after them
   sink = substitute(sink, done)
   after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and
             not any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)}
@@ -2339,7 +2343,9 @@ def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value vari
   free: dict[UOp, frozenset] = {}
   for u in sink.toposort:
     used = frozenset().union(*[free[s] for s in u.src])
-    free[u] = used | {u} if u.op is Ops.RANGE else used - set(u.src[1:]) if u.op is Ops.REDUCE else used
+    if u.op is Ops.RANGE: used |= {u}
+    elif u.op is Ops.REDUCE: used -= set(u.src[1:])
+    free[u] = used
   return free
 
 def narrow_index(sink:UOp) -> UOp:
@@ -2389,10 +2395,11 @@ def linearize(sink:UOp) -> list[UOp]:
   """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
   loops as late and closes them as early as it can, so loop-invariant work stays outside."""
   order = sink.toposort
-  # a reduce over several ranges nests them: END(outer, END(inner, ...))
+  # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
   for e in (e for e in order if e.op is Ops.END and e.src[0].kind not in output_loops):
+    # (its body: ASSIGNs to a DEFINE_ACC(identity, *its loops), the ENDs of nested loops, stores, which add none)
     around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
                                            for s in e.src[1:]])
   @functools.cache
@@ -2402,6 +2409,7 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | (enclosing(u) if u.op is Ops.RANGE else frozenset())
     scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
+  # loops open in this order: output loops outside, then by how deep they nest, then as they were made
   depth = {r: (r.kind not in output_loops, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
   pos = {u: i for i, u in enumerate(order)}
