@@ -2459,26 +2459,26 @@ class Renderer:
   """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
   name: str
   gpu: bool            # blocks of threads with shared memory, or (the CPU) loops
-  vector_ops: frozenset[Ops]  # ops it computes lane by lane on vectors (CUDA's float4 has none)
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
   param: str           # one buffer parameter: its {type} and {name}
-  launch_params: tuple[str, ...]  # parameters every kernel takes after its buffers
   ids: dict[AxisType, str]        # the variable a block's or a thread's index is read from
   lanes: tuple[str, ...]          # lane k of a vector value, for each lane its vectors may have
   vector: str                     # a vector value of {type} from its {items}
   types: dict[DType, str]
   suffixes: dict[DType, str]      # of int literals
   code_for_op: dict[Ops, Callable]
-  approximates: frozenset[Ops]  # transcendentals this device computes as float arithmetic (see transcendental)
-  buffer_prefix: str   # before a pointer cast to a buffer
   local_prefix: str    # before a shared-memory array
   barrier: str
-  streams: dict[int, str]  # a store past the cache (see stream), by the bytes of the vector it stores
-  fence: str               # the last line of a kernel with such stores: it orders them before the kernel returns
   headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (None), or one naming a type
+  # what only some dialects have
+  vector_ops: frozenset[Ops] = frozenset()  # ops it computes lane by lane on vectors (CUDA's float4 has none)
+  launch_params: tuple[str, ...] = ()        # parameters every kernel takes after its buffers
+  approximates: frozenset[Ops] = frozenset()  # transcendentals it computes as float arithmetic (see transcendental)
+  buffer_prefix: str = ""  # before a pointer cast to a buffer
+  streams: dict[int, str] = field(default_factory=dict)  # a store past the cache (see stream), by the vector's bytes
+  fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
 
-  def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
-    """bufs are the kernel's parameters, in launch order: all of them, even one whose every read was folded away."""
+  def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:  # bufs: the kernel's params(), in launch order
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
     named = set(re.findall(r"\w+", "\n".join(body)))
@@ -2534,9 +2534,13 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   else: text = f"{v}{ctx.suffixes.get(d, '')}"
   return f"({text})" if text[0] in "-(" else text
 
-def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k (b: a constant 2**k): only where no bit reaches the sign
-  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and b.arg > 0 and b.arg & (b.arg - 1) == 0 \
-    and a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
+def _by_shift(ctx:Names, u:UOp, a:UOp, b:UOp) -> str|None:
+  """a*2**k, a//2**k and a%2**k as a shift or a mask, for an int a >= 0 where a*2**k doesn't reach the sign"""
+  n = b.arg
+  if not (dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and n > 0 and n & (n - 1) == 0 and
+          a.vmax * n <= dtypes.limits(a.dtype)[1]): return None  # (n & (n - 1) is n without its lowest 1 bit)
+  k = n.bit_length() - 1  # n = 2**k
+  return {Ops.MUL: f"({ctx[a]}<<{k})", Ops.IDIV: f"({ctx[a]}>>{k})", Ops.MOD: f"({ctx[a]}&{n - 1})"}[u.op]
 
 _infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
           Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
@@ -2586,7 +2590,7 @@ def _shift(ctx:Names, u:UOp) -> str:
   a, b, bits = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize
   signed = dtypes.is_int(u.dtype) and not dtypes.is_unsigned(u.dtype)
   wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]  # a narrower int shifts as an int
-  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", f"({a}<0?-1:0)" if signed else "0"
+  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", (f"({a}<0?-1:0)" if signed else "0")
   elif signed: shifted, out = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))", "0"
   else: shifted, out = f"({a}<<{b})", "0"
   return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
@@ -2657,12 +2661,7 @@ vector_rules = [
 
 string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
-  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat((Ops.MUL, Ops.IDIV, Ops.MOD), src=(UPat.var("a"), UPat.cvar("b")), name="u"), _by_shift),
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
   (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
@@ -2701,12 +2700,11 @@ c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMP
 # of any width, each declared where a kernel names it (float16 is 16 floats: C's half is _Float16)
 CPU = Renderer(
   "CPU", gpu=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
-  launch_params=(), ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
+  ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
   types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
-  approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}),
-  buffer_prefix="", local_prefix="__attribute__((aligned(64))) ", barrier="",
+  approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}), local_prefix="__attribute__((aligned(64))) ", barrier="",
   streams={bits // 8: f"{call}({{at}}, (__m{bits})({{value}}));"
            for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
   fence="_mm_sfence();",
@@ -2715,12 +2713,11 @@ CPU = Renderer(
               for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
 CUDA = Renderer(
-  "CUDA", gpu=True, vector_ops=frozenset(), kernel='extern "C" __global__ void __launch_bounds__({threads})',
-  param="{type}* {name}", launch_params=(), ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"},
-  lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
-  types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
-  code_for_op=code_for_op, approximates=frozenset(), buffer_prefix="", local_prefix="__shared__ __align__(16) ",
-  barrier="__syncthreads();", streams={}, fence="",
+  "CUDA", gpu=True, kernel='extern "C" __global__ void __launch_bounds__({threads})', param="{type}* {name}",
+  ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"}, lanes=(".x", ".y", ".z", ".w"),
+  vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bool: "bool"},
+  suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
+  barrier="__syncthreads();",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            "half": ("#include <cuda_fp16.h>",)})
 
@@ -2733,9 +2730,8 @@ METAL = Renderer(
                    dtypes.uchar: "uchar", dtypes.uint32: "uint"},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
-  approximates=frozenset(),
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
-  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", streams={}, fence="",
+  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
 
 # ---------------------------------------------------------------------------------------------------------------------
