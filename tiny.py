@@ -1889,7 +1889,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
          st.gate is None and st.buf not in loaded:
         buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
         if past_cache(st.buf, dev) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by its column
-          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, padded(size)))
+          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
         row = max(rows, key=lambda r: r.arg.id)  # the innermost; the last row fetches itself: no address past the end
@@ -2855,7 +2855,8 @@ class Emulator:
         local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
         threads = [run_thread(Thread(prog, bufs, local, gid, lid))
                    for lid in itertools.product(*[range(n) for n in local_size])]
-        while threads: threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
+        while threads:  # each thread runs to its next barrier; those that finished leave
+          threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
       return time.perf_counter() - start
     return run
 
@@ -2873,7 +2874,7 @@ class Thread:
     buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
     buf = u.memory
     size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
-    if not 0 <= addr <= (size if shared else padded(size)) - lanes:
+    if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
@@ -2881,13 +2882,12 @@ class Thread:
   def load(self, u:UOp, vals:dict):
     if u.buf.op is Ops.DEFINE_ACC: return vals[u.buf]
     n = u.dtype.count
-    if u.gate is not None and not vals[u.gate]:  # a gated-off load reads 0
-      zero = dtypes.python(u.dtype.scalar)(0)
-      return zero if n == 1 else (zero,) * n
-    mem, dtype, inside = self.access(u, vals[u.addr], n)
-    start = vals[u.addr] * dtype.itemsize
-    data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
-    out = struct.unpack(f"{n}{dtype.fmt}", data)
+    if u.gate is not None and not vals[u.gate]: out = (dtypes.python(u.dtype.scalar)(0),) * n  # gated off: 0
+    else:
+      mem, dtype, inside = self.access(u, vals[u.addr], n)
+      start = vals[u.addr] * dtype.itemsize
+      data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
+      out = struct.unpack(f"{n}{dtype.fmt}", data)
     return out[0] if n == 1 else out
   def store(self, u:UOp, vals:dict):
     if u.gate is not None and not vals[u.gate]: return
@@ -2982,7 +2982,8 @@ class Compiled:
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
-  # the emulator runs the same lowered UOps as CUDA: its source is the CUDA text, for reading
+  # name -> (the dialect it renders, what opens its runtime); the emulator runs the same lowered UOps as CUDA: its
+  # source is the CUDA text, for reading
   kinds = {"CPU": (CPU, CPURuntime), "PYTHON": (CUDA, Emulator),
            "CUDA": (CUDA, lambda: runtime("cuda_rt").CUDADevice()),
            "METAL": (METAL, lambda: runtime("metal_rt").MetalDevice())}
@@ -2997,18 +2998,18 @@ class _Device:
     """What lowering for a device needs: its dialect, the block size a GPU reported once opened (before: the 1024
     threads every CUDA and Metal GPU allows), and its vector width: a GPU's float4, or what the CPU's compiler
     targets, with the stores past the cache it has."""
-    renderer, local_max, width, streams = self.kinds[name][0], 1, 4, 0
-    if renderer.gpu: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
-    else: width, streams = self[name].runtime.width, self[name].runtime.streams
-    return Target(renderer, local_max, threads(), width, streams)
+    renderer, _ = self.kinds[name]
+    if renderer.gpu:
+      return Target(renderer, self.opened[name].runtime.local_max if name in self.opened else 1024, threads(), 4)
+    return Target(renderer, 1, threads(), self[name].runtime.width, self[name].runtime.streams)
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
     if name not in self.opened:
       with self.lock:  # two threads opening one device at once get the same one, opened once
-        if name not in self.opened: self.opened[name] = self.open(name)
+        _, opener = self.kinds[name]
+        if name not in self.opened: self.opened[name] = Compiled(name, opener())
     return self.opened[name]
-  def open(self, name:str) -> Compiled: return Compiled(name, self.kinds[name][1]())
   @functools.cached_property
   def DEFAULT(self) -> str:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
@@ -3019,14 +3020,14 @@ class _Device:
 
 Device = _Device()
 
-def padded(size:int) -> int:  # whole vectors of any width (see apply_opt), and never none: drivers refuse 0 bytes
+def whole_vectors(size:int) -> int:  # size rounded up to whole vectors (see apply_opt); never 0: drivers refuse 0 bytes
   return max(cdiv(size, widths[-1]), 1) * widths[-1]
 
 class Buffer:
   """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
   def __init__(self, device:str, size:int, dtype:DType):
     self.device, self.size, self.dtype, self._buf = device, size, dtype, None
-    self.allocated = padded(size) * dtype.itemsize  # bytes
+    self.allocated = whole_vectors(size) * dtype.itemsize  # bytes
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
@@ -3050,7 +3051,7 @@ program_cache: dict[tuple[UOp, str, int, int], Program] = {}  # (ast, device, NO
 
 def to_program(ast:UOp, device:str) -> Program:
   """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
-  UOps), else lowered now. The cache equals the AST, so an equal AST is the same object: found at once."""
+  UOps), else lowered now. The cache is keyed by the AST node: hash-consed, so an equal AST is the same object."""
   noopt, beam_width = getenv("NOOPT"), getenv("BEAM")
   key = (ast, device, noopt, beam_width)
   if (prog := program_cache.get(key)) is None:
@@ -3154,7 +3155,7 @@ class Capture:
   data: list[int|Place] = field(default_factory=list)
   computed: set[UOp] = field(default_factory=set)  # the nodes it realized (see realized_view)
   def fingerprint(self) -> list:  # its data, equal for calls that made the same (rand's places from where each began)
-    return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
+    return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]  # (a tuple: never a data hash)
 
 class Capturing(threading.local):
   now: Capture|None = None  # the TinyJit call running on this thread, if any
@@ -3235,7 +3236,7 @@ class Replay:
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
     """The replay of a captured call, given these buffers."""
-    launches = [(fn, l, [bufs[s] for s in l.slots]) for fn, l, bufs in call.launches]
+    launches = [(fn, l, [run[s] for s in l.slots]) for fn, l, run in call.launches]  # each with its own buffers
     made, held = [], []
     for _, l, bufs in launches:
       for i, b in enumerate(bufs):
@@ -3288,6 +3289,7 @@ class Workers:
     if self.pid != os.getpid(): self.start()
     self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
   def start(self):
+    # callN calls a kernel of N buffers with a chunk: call2 is ((void (*)(void*, void*, int))f)(b[0], b[1], c)
     src = POOL.replace("CALLS", "\n".join(
       f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
       f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in range(Workers.most + 1)) + "\nstatic void (*const "
