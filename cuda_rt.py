@@ -154,39 +154,31 @@ class CUDADevice:
     # PTX leaves the last compile step to the driver's JIT, which rejects PTX from an NVRTC newer than the driver
     self.ptx = os.environ.get("CUDA_PTX") == "1"
     self.compiler_id = f"nvrtc-{'.'.join(map(str, nvrtc_version()))}-{self.arch}-{'ptx' if self.ptx else 'cubin'}"
-
   def use(self) -> None:
     """Makes the context current on the calling thread. A context is current per thread, and tiny calls the driver
     from several: the one that realizes, the workers that compile new kernels, and a freed buffer's last owner. Set
     each time, as another library on the thread may have made its own current (a cheap call: thread-local state)."""
     self.cu.cuCtxSetCurrent(self.ctx)
-
   def attribute(self, attr: int) -> int:
     value = c_int()
     self.cu.cuDeviceGetAttribute(byref(value), attr, self.dev)
     return value.value
-
   def compile(self, src: str) -> bytes: return nvrtc_compile(src, self.arch, self.ptx)
   def load(self, name: str, binary: bytes) -> "CUDAProgram": return CUDAProgram(self, name, binary)
-
   def alloc(self, nbytes: int) -> int:
     self.use()
     ptr = c_uint64()
     self.cu.cuMemAlloc_v2(byref(ptr), nbytes)
     return ptr.value
-
   def free(self, ptr: int) -> None:
     self.use()
     self.cu.cuMemFree_v2(ptr)
-
   def copyin(self, ptr: int, src: memoryview) -> None:
     self.use()
     self.cu.cuMemcpyHtoD_v2(ptr, _host(src), src.nbytes)
-
   def copyout(self, dst: memoryview, ptr: int) -> None:
     self.use()
     self.cu.cuMemcpyDtoH_v2(_host(dst), ptr, dst.nbytes)
-
   def synchronize(self) -> None:
     self.use()
     self.cu.cuCtxSynchronize()
@@ -204,7 +196,6 @@ class CUDAProgram:
     self.cu.cuModuleGetFunction(byref(self.func), self.module, name.encode())  # the name is unmangled by extern "C"
     self.args: list[c_uint64] = []
     self.params = (c_void_p * 0)()
-
   def __call__(self, *bufs: int, global_size=(1, 1, 1), local_size=(1, 1, 1), wait=False) -> float | None:
     # kernelParams points at one c_uint64 per argument, packed on the first launch; later launches only set values
     if len(self.args) != len(bufs):
@@ -212,19 +203,15 @@ class CUDAProgram:
       self.params = (c_void_p * len(bufs))(*map(ctypes.addressof, self.args))
     for arg, buf in zip(self.args, bufs): arg.value = buf
     self.dev.use()
-    if not wait:
-      self.launch(global_size, local_size)
-      return None
-    start, end = c_void_p(), c_void_p()
-    for ev in (start, end): self.cu.cuEventCreate(byref(ev), 0)
-    self.cu.cuEventRecord(start, None)  # None is the default stream, where every launch and copy here goes
-    self.launch(global_size, local_size)
+    if wait:  # timed by events around the launch
+      start, end = c_void_p(), c_void_p()
+      for ev in (start, end): self.cu.cuEventCreate(byref(ev), 0)
+      self.cu.cuEventRecord(start, None)  # None is the default stream, where every launch and copy here goes
+    self.cu.cuLaunchKernel(self.func, *global_size, *local_size, 0, None, self.params, None)
+    if not wait: return None
     self.cu.cuEventRecord(end, None)
     self.cu.cuEventSynchronize(end)
     ms = c_float()
     self.cu.cuEventElapsedTime(byref(ms), start, end)
     for ev in (start, end): self.cu.cuEventDestroy_v2(ev)
     return ms.value * 1e-3
-
-  def launch(self, global_size: tuple[int, ...], local_size: tuple[int, ...]) -> None:
-    self.cu.cuLaunchKernel(self.func, *global_size, *local_size, 0, None, self.params, None)

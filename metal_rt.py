@@ -105,19 +105,16 @@ class MetalDevice:
   # maxThreadsPerThreadgroup returns an MTLSize struct, which x86_64 would need objc_msgSend_stret for. A register-heavy
   # kernel's pipeline may allow fewer: each launch checks its own maxTotalThreadsPerThreadgroup.
   local_max = 1024
-
   def __init__(self):
     self.device = runtime()[1].MTLCreateSystemDefaultDevice()
     if not self.device: raise RuntimeError("Metal found no GPU: MTLCreateSystemDefaultDevice() returned nil")
     # lets the CPU run up to 1024 launches ahead of the GPU before commandBuffer blocks (the default queue allows 64)
     self.queue = send(self.device, "newCommandQueueWithMaxCommandBufferCount:", 1024)
     self.in_flight: collections.deque = collections.deque()  # (kernel name, retained command buffer), oldest first
-
   def compile(self, src: str) -> bytes:
     # The documented API compiles source inside newLibraryWithSource: at load; there is no public source -> binary
     # call in the runtime, so the "binary" tiny caches is the source itself.
     return src.encode()
-
   def load(self, name: str, binary: bytes) -> "MetalProgram":
     src = binary.decode()
     with autorelease_pool():
@@ -138,23 +135,18 @@ class MetalDevice:
       send(fn, "release")
       if not pipeline: raise CompileError(f"Metal failed to make a pipeline for {name}:\n{describe(err)}\n{src}")
     return MetalProgram(self, name, pipeline, send(pipeline, "maxTotalThreadsPerThreadgroup"))
-
   def alloc(self, nbytes: int) -> int:
     buf = send(self.device, "newBufferWithLength:options:", nbytes, STORAGE_SHARED)
     if not buf: raise MemoryError(f"Metal could not allocate a buffer of {nbytes} bytes")
     return buf
-
   # safe while kernels still use it: a command buffer retains the buffers it binds until it completes
   def free(self, buf) -> None: send(buf, "release")
-
   def copyin(self, buf, src: memoryview) -> None:
     self.synchronize()  # a queued kernel may still read this memory
     host(buf, src.nbytes)[:] = src.cast("B")
-
   def copyout(self, dst: memoryview, buf) -> None:
     self.synchronize()  # the kernels writing it must be done
     dst.cast("B")[:] = host(buf, dst.nbytes)
-
   def finish(self, name: str, cbuf) -> float:
     """Waits for one command buffer and releases it. Returns its GPU seconds; raises the error the GPU reported."""
     with autorelease_pool():
@@ -165,7 +157,6 @@ class MetalDevice:
     send(cbuf, "release")
     if why: raise RuntimeError(f"Metal kernel {name} failed on the GPU: {why}")
     return seconds
-
   def synchronize(self) -> None:
     while self.in_flight: self.finish(*self.in_flight.popleft())
 
@@ -174,9 +165,7 @@ class MetalDevice:
 class MetalProgram:
   def __init__(self, dev: MetalDevice, name: str, pipeline: int, max_threads: int):
     self.dev, self.name, self.pipeline, self.max_threads = dev, name, pipeline, max_threads
-
   def __del__(self): send(self.pipeline, "release")
-
   def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), wait=False) -> float | None:
     """global_size counts threadgroups, local_size threads in each. wait=True returns the kernel's GPU seconds."""
     threads = math.prod(local_size)

@@ -2032,12 +2032,10 @@ class Program:
   info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
   opts: str = ""  # the opts it was lowered with, for DEBUG=2
   def dumps(self) -> bytes:  # for the disk cache: what runs source needs (the uops run only on the emulator)
-    return json.dumps({"name": self.name, "src": self.src, "global_size": self.global_size,
-                       "local_size": self.local_size, "info": self.info, "opts": self.opts}).encode()
+    return json.dumps({k: v for k, v in vars(self).items() if k != "uops"}).encode()
   @staticmethod
-  def loads(text:bytes) -> Program:
-    d = json.loads(text)
-    return Program(d["name"], d["src"], [], *(tuple(d[k]) for k in ("global_size", "local_size", "info")), d["opts"])
+  def loads(text:bytes) -> Program:  # (JSON has lists where the sizes were tuples)
+    return Program(uops=[], **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()})
 
 widths = (4, 8, 16)  # lanes a vector may have: GPUs load float4s; a CPU's registers hold 4, 8 or 16 floats
 
@@ -2099,7 +2097,7 @@ def _cost(ast:UOp) -> tuple[int, int]:
 # ranges into addresses and gates. What comes out is index math that the symbolic rules simplify.
 
 range_ids = itertools.count()
-def new_range(size:int, kind:AxisType) -> UOp:
+def new_range(size:int, kind:AxisType) -> UOp:  # (of size 1: the constant 0, which opts and lanes rely on)
   return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), Axis(next(range_ids), kind)) if size != 1 \
     else UOp.const(dtypes.index, 0)
 
@@ -2255,6 +2253,7 @@ def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]  # f's bits: 22, 24 and 24 of them
   up = a.const_like(2**21 - 1) < a  # f >= 1/2: the next quadrant, at f - 1, kept as its magnitude 2**70 - f
   q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
+  # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
   borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
   borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
   def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
@@ -2270,7 +2269,7 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   # e is the exponent field - 150, so bit e-1 is the table's bit (field - 152) + 32: a word, then a shift
   m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
   word, shift = start >> 5, start & 31
-  def pick(j:int) -> UOp:  # the table's word + j
+  def pick(j:int) -> UOp:  # the table's word + j: a select for each word 0..3, else 4 (the largest exponents')
     first = mag.const_like(two_over_pi[4 + j])
     return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
       mag.const_like(two_over_pi[i + j]), rest), range(3, -1, -1), first)
@@ -2278,10 +2277,10 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
   # logical shift, which is 0 at shift 0)
   ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
-  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W
+  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W; one that straddles two words takes its top bits from the next
     i, o = divmod(bit, 32)
-    low = ws[i] >> o & min(0xFFF, (1 << (32 - o)) - 1)
-    return low if o <= 20 else low | (ws[i + 1] & (1 << (o - 20)) - 1) << (32 - o)
+    low = (ws[i] >> o) & min(0xFFF, (1 << (32 - o)) - 1)
+    return low if o <= 20 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))
   w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
   d, carry = [], m.const_like(0)
   for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
@@ -2353,7 +2352,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
          st.gate is None and st.buf not in loaded:
         buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
         if past_cache(st.buf, dev) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by its column
-          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, padded(size)))
+          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
         row = max(rows, key=lambda r: r.arg.id)  # the innermost; the last row fetches itself: no address past the end
@@ -2391,20 +2390,16 @@ class Opt:
   amount: int
   def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
 
-def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
-  """The heuristic's opts, then the launch's; returned with the opts applied."""
+def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:  # the heuristic's opts, then the launch's, applied
   if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink, ()
-  return launch_opts(*apply_opts(sink, heuristic(sink, dev)), dev)
-
-def apply_opts(sink:UOp, opts:Sequence[Opt]) -> tuple[UOp, tuple[Opt, ...]]:
+  opts = tuple(heuristic(sink, dev))
   for opt in opts: sink = apply_opt(sink, opt)
-  return sink, tuple(opts)
+  return launch_opts(sink, opts, dev)
 
 def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
   """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
   for step in (local_opts,) if dev.gpu else (tile_order, thread_opts):
-    more = step(sink, dev)
-    sink, opts = apply_opts(sink, more)[0], opts + tuple(more)
+    for opt in step(sink, dev): sink, opts = apply_opt(sink, opt), opts + (opt,)
   return sink, opts
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
@@ -2415,6 +2410,7 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
   expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
+  # a reduce over the split range runs over both of its parts
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
@@ -2438,9 +2434,7 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   return rebuild(sink, add)
 
 def heuristic(sink:UOp, dev:Target) -> list[Opt]:
-  """Hand-coded opts, in tinygrad's spirit: on a GPU, a block-wide reduction where it pays (shared_reduces); else
-  vectors on the contiguous output axis, a register tile, unrolled reduce loops (lanes_and_tiles). The threads of a
-  block (GPU) or the cores (CPU) come after, in launch_opts."""
+  """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
   return (shared_reduces(sink, dev) if dev.gpu else []) or lanes_and_tiles(sink, dev)
 
 def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
@@ -2451,16 +2445,17 @@ def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   inner = list(dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE))  # each reduce's innermost loop
   if cols := ranges(sink, AxisType.LOOP):
-    block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())
+    block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())  # (the power of two at or above its size)
     return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
-  out_size = prod(r.size for r in glob)
-  rows = red and red[-1].size >= 256 and not any(_reused(sink, r) for r in glob) and \
+  if not red: return []
+  out_size, n = prod(r.size for r in glob), red[-1].size
+  rows = n >= 256 and not any(_reused(sink, r) for r in glob) and \
     any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
-  if not red or not (out_size <= 2048 or out_size < 2**14 and red[-1].size >= 256 or rows): return []
+  if not (out_size <= 2048 or (out_size < 2**14 and n >= 256) or rows): return []
   # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
   # their groups run in turn, on one thread id
   shared = [red[-1]] if _nested(sink) else inner
-  return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (red[-1].size.bit_length() - 1))) for r in shared]
+  return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (n.bit_length() - 1))) for r in shared]  # (2**k <= n)
 
 def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   """Vectors on the contiguous output axis, a matmul's register tile, a row's outputs as vectors after its reduces, and
@@ -2472,9 +2467,9 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
   out_size, w = prod(r.size for r in glob), dev.width
   if not red and glob and _unit_stride(sink, glob[-1]):
-    # a vector a step, the last past the end (safe only with no next row to run into), or as wide as the rows fill
-    if amount := w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev):
-      opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+    # one row: a vector a step, the last one into the padding past the end (see apply_opt); rows: as wide as each fills
+    amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev)
+    if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
     # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
     # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
@@ -2485,7 +2480,7 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
     if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
        _may_be_lanes(sink, r):
       opts.append(Opt(AxisType.UPCAST, r, n))
-  tile = bool(opts)
+  tile = bool(opts)  # (the upcasts made with a reduce are a tile's)
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
     opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
@@ -2510,7 +2505,8 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r 
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
 def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next element as r steps (other ranges at 0)
   def at(addr:UOp, v:int) -> int:
-    return simplify(substitute(addr, {x: x.const_like(v * (x is r)) for x in addr.toposort if x.op is Ops.RANGE})).arg
+    at_v = {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}
+    return simplify(substitute(addr, at_v)).arg
   return all(at(x.addr, 1) - at(x.addr, 0) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
@@ -2561,24 +2557,30 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
 
 # BEAM=n: the opts of each new kernel searched by timing candidates on the device itself, as tinygrad's BEAM does. The
 # program found goes to the disk cache under BEAM=n, so a kernel is searched once per machine.
+class Timed(NamedTuple):  # a kernel the search ran: its time, its graph with the opts applied, the opts, its program
+  time: float
+  sink: UOp
+  opts: tuple[Opt, ...]
+  prog: Program
+
 def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   """From no opts, each step extends each of the `width` fastest kernels of the last by one more opt (candidates),
   times every new one, and keeps the `width` fastest; it stops when a step finds none faster than the last. The
   heuristic's kernel is timed too, so a search never picks a slower one."""
   target = Device.target(device)
   bufs = [Buffer(device, u.arg.size, u.dtype) for u in params(ast)]
-  def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[tuple[float, UOp, tuple[Opt, ...], Program]]:
+  def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[Timed]:  # those that ran, fastest first
     progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
     fns = compile_pool(os.getpid()).map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
     times = [_tried(_time, fn, p, bufs) if fn else None for fn, p in zip(fns, progs)]
-    return sorted(((t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None),
-                  key=lambda c: c[0])
-  def extended(beams) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
-    return [(apply_opt(s, o), opts + (o,)) for _, s, opts, _ in beams[:width] for o in candidates(s, target)]
+    ran = [Timed(t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None]
+    return sorted(ran, key=lambda c: c.time)
+  def extended(beams:list[Timed]) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
+    return [(apply_opt(c.sink, o), c.opts + (o,)) for c in beams[:width] for o in candidates(c.sink, target)]
   beams = timed([(sink, ())])
-  while (found := timed(extended(beams))) and (not beams or found[0][0] < beams[0][0]): beams = found
+  while (found := timed(extended(beams))) and (not beams or found[0].time < beams[0].time): beams = found
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
-  return beams[0][3] if beams and beams[0][0] < _time(Device[device].program(prog), prog, bufs) else prog
+  return beams[0].prog if beams and beams[0].time < _time(Device[device].program(prog), prog, bufs) else prog
 
 def candidates(sink:UOp, dev:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
@@ -2592,10 +2594,11 @@ def candidates(sink:UOp, dev:Target) -> list[Opt]:
   kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []), AxisType.LOOP: [AxisType.UPCAST],
            AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if blocks else [])}
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
-    if kind in (AxisType.UPCAST, AxisType.UNROLL): return r.size % n == 0 and lanes * n <= 64
+    if kind is AxisType.UPCAST: return r.size % n == 0 and lanes * n <= 64 and _may_be_lanes(sink, r)
+    if kind is AxisType.UNROLL: return r.size % n == 0 and lanes * n <= 64
     return n <= dev.local_max
-  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) if kind is not AxisType.UPCAST or
-          _may_be_lanes(sink, r) for n in (2, 4, 8, 16, 32, 64, 128, 256) if n < r.size and fits(kind, r, n)]
+  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 128, 256)
+          if n < r.size and fits(kind, r, n)]
 
 def _tried(fn:Callable, *args):  # a candidate that fails to compile or to launch (too many registers, say) is none
   try: return fn(*args)
@@ -2642,7 +2645,7 @@ def to_lanes(sink:UOp, dev:Target) -> UOp:
                                 for lane in lanes(st, [r for r in ranges(st)[::-1] if r.kind in copied])))
 
 def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a core runs each level's ops side by side
-  while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) & ~1:]
+  while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2:]
   return xs[0]
 
 def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
@@ -2657,8 +2660,8 @@ def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
   found = [(count(r, w), r, w)
            for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL) if (w := _filled(r.size, dev))]
   free, chosen = [f for u, f in free_ranges(sink).items() if u is not sink], []
-  for (_, n), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
-    if n and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
+  for (_, total), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
+    if total and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
@@ -2691,7 +2694,7 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
     if (x.arg if x.op is Ops.REDUCE else x.op) in ops and vec in vector_types and \
-       any(_is_vector(done[s]) for s in x.src):  # (index math stays lanes)
+       any(_is_vector(done[s]) for s in x.src):  # (a reduce by the op it combines with; index math stays lanes)
       if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
       if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
         return UOp(x.op, vec, tuple(_whole(done[s], w) for s in x.src), x.arg)
@@ -2782,16 +2785,17 @@ def to_accumulators(sink:UOp) -> UOp:
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
-    # the update reads the accumulator as it is in this iteration of the innermost loop, so it runs in the loop even
-    # where the value it adds doesn't depend on it
+    # the update reads the accumulator as it is in this iteration of the innermost loop (the LOAD's source in an
+    # address's place is that loop's range; after the loop, its END), so it runs in the loop even where the value it
+    # adds doesn't depend on it
     now = [UOp(Ops.LOAD, a.dtype, (a, rs[-1])) for a in accs]
     body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(u.arg, substitute(u.src[0], done))) + rs)
                  for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in inside[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
     after.update({st.buf: body[0] for st in inside[rs] if st.op is Ops.STORE})
-  # a load of a buffer the kernel stores values into (see reread) reads it as those stores, or the loop they are in,
-  # leave it: a BARRIER of the buffer after them
+  # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
+  # after the loop they are in), so linearize places it after them
   sink = substitute(sink, done)
   after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and
             not any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)}
@@ -2802,7 +2806,9 @@ def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value vari
   free: dict[UOp, frozenset] = {}
   for u in sink.toposort:
     used = frozenset().union(*[free[s] for s in u.src])
-    free[u] = used | {u} if u.op is Ops.RANGE else used - set(u.src[1:]) if u.op is Ops.REDUCE else used
+    if u.op is Ops.RANGE: used |= {u}
+    elif u.op is Ops.REDUCE: used -= set(u.src[1:])
+    free[u] = used
   return free
 
 def narrow_index(sink:UOp) -> UOp:
@@ -2852,10 +2858,11 @@ def linearize(sink:UOp) -> list[UOp]:
   """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
   loops as late and closes them as early as it can, so loop-invariant work stays outside."""
   order = sink.toposort
-  # a reduce over several ranges nests them: END(outer, END(inner, ...))
+  # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
   for e in (e for e in order if e.op is Ops.END and e.src[0].kind not in output_loops):
+    # (its body: ASSIGNs to a DEFINE_ACC(identity, *its loops), the ENDs of nested loops, stores, which add none)
     around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
                                            for s in e.src[1:]])
   @functools.cache
@@ -2865,6 +2872,7 @@ def linearize(sink:UOp) -> list[UOp]:
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | (enclosing(u) if u.op is Ops.RANGE else frozenset())
     scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
+  # loops open in this order: output loops outside, then by how deep they nest, then as they were made
   depth = {r: (r.kind not in output_loops, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
   pos = {u: i for i, u in enumerate(order)}
@@ -2914,26 +2922,26 @@ class Renderer:
   """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
   name: str
   gpu: bool            # blocks of threads with shared memory, or (the CPU) loops
-  vector_ops: frozenset[Ops]  # ops it computes lane by lane on vectors (CUDA's float4 has none)
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
   param: str           # one buffer parameter: its {type} and {name}
-  launch_params: tuple[str, ...]  # parameters every kernel takes after its buffers
   ids: dict[AxisType, str]        # the variable a block's or a thread's index is read from
   lanes: tuple[str, ...]          # lane k of a vector value, for each lane its vectors may have
   vector: str                     # a vector value of {type} from its {items}
   types: dict[DType, str]
   suffixes: dict[DType, str]      # of int literals
   code_for_op: dict[Ops, Callable]
-  approximates: frozenset[Ops]  # transcendentals this device computes as float arithmetic (see transcendental)
-  buffer_prefix: str   # before a pointer cast to a buffer
   local_prefix: str    # before a shared-memory array
   barrier: str
-  streams: dict[int, str]  # a store past the cache (see stream), by the bytes of the vector it stores
-  fence: str               # the last line of a kernel with such stores: it orders them before the kernel returns
   headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (None), or one naming a type
+  # what only some dialects have
+  vector_ops: frozenset[Ops] = frozenset()  # ops it computes lane by lane on vectors (CUDA's float4 has none)
+  launch_params: tuple[str, ...] = ()        # parameters every kernel takes after its buffers
+  approximates: frozenset[Ops] = frozenset()  # transcendentals it computes as float arithmetic (see transcendental)
+  buffer_prefix: str = ""  # before a pointer cast to a buffer
+  streams: dict[int, str] = field(default_factory=dict)  # a store past the cache (see stream), by the vector's bytes
+  fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
 
-  def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
-    """bufs are the kernel's parameters, in launch order: all of them, even one whose every read was folded away."""
+  def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:  # bufs: the kernel's params(), in launch order
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
     named = set(re.findall(r"\w+", "\n".join(body)))
@@ -2989,9 +2997,13 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   else: text = f"{v}{ctx.suffixes.get(d, '')}"
   return f"({text})" if text[0] in "-(" else text
 
-def _shift_ok(a:UOp, b:UOp) -> bool:  # a*2**k as a<<k (b: a constant 2**k): only where no bit reaches the sign
-  return dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and b.arg > 0 and b.arg & (b.arg - 1) == 0 \
-    and a.vmax * b.arg <= dtypes.limits(a.dtype)[1]
+def _by_shift(ctx:Names, u:UOp, a:UOp, b:UOp) -> str|None:
+  """a*2**k, a//2**k and a%2**k as a shift or a mask, for an int a >= 0 where a*2**k doesn't reach the sign"""
+  n = b.arg
+  if not (dtypes.is_int(a.dtype) and a.dtype.itemsize >= 4 and a.vmin >= 0 and n > 0 and n & (n - 1) == 0 and
+          a.vmax * n <= dtypes.limits(a.dtype)[1]): return None  # (n & (n - 1) is n without its lowest 1 bit)
+  k = n.bit_length() - 1  # n = 2**k
+  return {Ops.MUL: f"({ctx[a]}<<{k})", Ops.IDIV: f"({ctx[a]}>>{k})", Ops.MOD: f"({ctx[a]}&{n - 1})"}[u.op]
 
 _infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
           Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
@@ -3041,7 +3053,7 @@ def _shift(ctx:Names, u:UOp) -> str:
   a, b, bits = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize
   signed = dtypes.is_int(u.dtype) and not dtypes.is_unsigned(u.dtype)
   wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]  # a narrower int shifts as an int
-  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", f"({a}<0?-1:0)" if signed else "0"
+  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", (f"({a}<0?-1:0)" if signed else "0")
   elif signed: shifted, out = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))", "0"
   else: shifted, out = f"({a}<<{b})", "0"
   return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
@@ -3112,12 +3124,7 @@ vector_rules = [
 
 string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
-  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}<<{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}>>{int(math.log2(b.arg))})" if _shift_ok(a, b) else None),
-  (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("b"))),
-    lambda ctx, a, b: f"({ctx[a]}&{b.arg-1})" if _shift_ok(a, b) else None),
+  (UPat((Ops.MUL, Ops.IDIV, Ops.MOD), src=(UPat.var("a"), UPat.cvar("b")), name="u"), _by_shift),
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
   (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
@@ -3156,12 +3163,11 @@ c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMP
 # of any width, each declared where a kernel names it (float16 is 16 floats: C's half is _Float16)
 CPU = Renderer(
   "CPU", gpu=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
-  launch_params=(), ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
+  ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
   types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
-  approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}),
-  buffer_prefix="", local_prefix="__attribute__((aligned(64))) ", barrier="",
+  approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}), local_prefix="__attribute__((aligned(64))) ", barrier="",
   streams={bits // 8: f"{call}({{at}}, (__m{bits})({{value}}));"
            for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
   fence="_mm_sfence();",
@@ -3170,12 +3176,11 @@ CPU = Renderer(
               for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
 CUDA = Renderer(
-  "CUDA", gpu=True, vector_ops=frozenset(), kernel='extern "C" __global__ void __launch_bounds__({threads})',
-  param="{type}* {name}", launch_params=(), ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"},
-  lanes=(".x", ".y", ".z", ".w"), vector="make_{type}({items})",
-  types=c_types | {dtypes.half: "half", dtypes.bool: "bool"}, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
-  code_for_op=code_for_op, approximates=frozenset(), buffer_prefix="", local_prefix="__shared__ __align__(16) ",
-  barrier="__syncthreads();", streams={}, fence="",
+  "CUDA", gpu=True, kernel='extern "C" __global__ void __launch_bounds__({threads})', param="{type}* {name}",
+  ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"}, lanes=(".x", ".y", ".z", ".w"),
+  vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bool: "bool"},
+  suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
+  barrier="__syncthreads();",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            "half": ("#include <cuda_fp16.h>",)})
 
@@ -3188,9 +3193,8 @@ METAL = Renderer(
                    dtypes.uchar: "uchar", dtypes.uint32: "uint"},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
-  approximates=frozenset(),
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
-  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", streams={}, fence="",
+  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -3314,7 +3318,8 @@ class Emulator:
         local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
         threads = [run_thread(Thread(prog, bufs, local, gid, lid))
                    for lid in itertools.product(*[range(n) for n in local_size])]
-        while threads: threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
+        while threads:  # each thread runs to its next barrier; those that finished leave
+          threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
       return time.perf_counter() - start
     return run
 
@@ -3332,7 +3337,7 @@ class Thread:
     buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
     buf = u.memory
     size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
-    if not 0 <= addr <= (size if shared else padded(size)) - lanes:
+    if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
@@ -3340,13 +3345,12 @@ class Thread:
   def load(self, u:UOp, vals:dict):
     if u.buf.op is Ops.DEFINE_ACC: return vals[u.buf]
     n = u.dtype.count
-    if u.gate is not None and not vals[u.gate]:  # a gated-off load reads 0
-      zero = dtypes.python(u.dtype.scalar)(0)
-      return zero if n == 1 else (zero,) * n
-    mem, dtype, inside = self.access(u, vals[u.addr], n)
-    start = vals[u.addr] * dtype.itemsize
-    data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
-    out = struct.unpack(f"{n}{dtype.fmt}", data)
+    if u.gate is not None and not vals[u.gate]: out = (dtypes.python(u.dtype.scalar)(0),) * n  # gated off: 0
+    else:
+      mem, dtype, inside = self.access(u, vals[u.addr], n)
+      start = vals[u.addr] * dtype.itemsize
+      data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
+      out = struct.unpack(f"{n}{dtype.fmt}", data)
     return out[0] if n == 1 else out
   def store(self, u:UOp, vals:dict):
     if u.gate is not None and not vals[u.gate]: return
@@ -3441,7 +3445,8 @@ class Compiled:
 
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
-  # the emulator runs the same lowered UOps as CUDA: its source is the CUDA text, for reading
+  # name -> (the dialect it renders, what opens its runtime); the emulator runs the same lowered UOps as CUDA: its
+  # source is the CUDA text, for reading
   kinds = {"CPU": (CPU, CPURuntime), "PYTHON": (CUDA, Emulator),
            "CUDA": (CUDA, lambda: runtime("cuda_rt").CUDADevice()),
            "METAL": (METAL, lambda: runtime("metal_rt").MetalDevice())}
@@ -3456,18 +3461,18 @@ class _Device:
     """What lowering for a device needs: its dialect, the block size a GPU reported once opened (before: the 1024
     threads every CUDA and Metal GPU allows), and its vector width: a GPU's float4, or what the CPU's compiler
     targets, with the stores past the cache it has."""
-    renderer, local_max, width, streams = self.kinds[name][0], 1, 4, 0
-    if renderer.gpu: local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
-    else: width, streams = self[name].runtime.width, self[name].runtime.streams
-    return Target(renderer, local_max, threads(), width, streams)
+    renderer, _ = self.kinds[name]
+    if renderer.gpu:
+      return Target(renderer, self.opened[name].runtime.local_max if name in self.opened else 1024, threads(), 4)
+    return Target(renderer, 1, threads(), self[name].runtime.width, self[name].runtime.streams)
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
     if name not in self.opened:
       with self.lock:  # two threads opening one device at once get the same one, opened once
-        if name not in self.opened: self.opened[name] = self.open(name)
+        _, opener = self.kinds[name]
+        if name not in self.opened: self.opened[name] = Compiled(name, opener())
     return self.opened[name]
-  def open(self, name:str) -> Compiled: return Compiled(name, self.kinds[name][1]())
   @functools.cached_property
   def DEFAULT(self) -> str:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
@@ -3478,14 +3483,14 @@ class _Device:
 
 Device = _Device()
 
-def padded(size:int) -> int:  # whole vectors of any width (see apply_opt), and never none: drivers refuse 0 bytes
+def whole_vectors(size:int) -> int:  # size rounded up to whole vectors (see apply_opt); never 0: drivers refuse 0 bytes
   return max(cdiv(size, widths[-1]), 1) * widths[-1]
 
 class Buffer:
   """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
   def __init__(self, device:str, size:int, dtype:DType):
     self.device, self.size, self.dtype, self._buf = device, size, dtype, None
-    self.allocated = padded(size) * dtype.itemsize  # bytes
+    self.allocated = whole_vectors(size) * dtype.itemsize  # bytes
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
@@ -3509,7 +3514,7 @@ program_cache: dict[tuple[UOp, str, int, int], Program] = {}  # (ast, device, NO
 
 def to_program(ast:UOp, device:str) -> Program:
   """A kernel lowered for a device: from memory, else from the disk cache (devices that run source: the emulator runs
-  UOps), else lowered now. The cache equals the AST, so an equal AST is the same object: found at once."""
+  UOps), else lowered now. The cache is keyed by the AST node: hash-consed, so an equal AST is the same object."""
   noopt, beam_width = getenv("NOOPT"), getenv("BEAM")
   key = (ast, device, noopt, beam_width)
   if (prog := program_cache.get(key)) is None:
@@ -3615,7 +3620,7 @@ class Capture:
   made: set[Buffer] = field(default_factory=set)  # the buffers its plans made: a replay makes its own (an assign's
                                                   # target was there before: a replay writes it again)
   def fingerprint(self) -> list:  # its data, equal for calls that made the same (rand's places from where each began)
-    return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]
+    return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]  # (a tuple: never a data hash)
 
 class Capturing(threading.local):
   now: Capture|None = None  # the TinyJit call running on this thread, if any
@@ -3697,7 +3702,7 @@ class Replay:
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
     """The replay of a captured call, given these buffers."""
-    launches = [(fn, l, [bufs[s] for s in l.slots]) for fn, l, bufs in call.launches]
+    launches = [(fn, l, [run[s] for s in l.slots]) for fn, l, run in call.launches]  # each with its own buffers
     made, held = [], []
     for _, l, bufs in launches:
       for i, b in enumerate(bufs):
@@ -3750,6 +3755,7 @@ class Workers:
     if self.pid != os.getpid(): self.start()
     self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
   def start(self):
+    # callN calls a kernel of N buffers with a chunk: call2 is ((void (*)(void*, void*, int))f)(b[0], b[1], c)
     src = POOL.replace("CALLS", "\n".join(
       f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
       f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in range(Workers.most + 1)) + "\nstatic void (*const "
