@@ -7,6 +7,8 @@ Sections:
   symbolic        constant folding, identities, index algebra
   views           movement ops as index maps: View, ShapeTracker
   Tensor          the user's API: a thin wrapper around one UOp; composites built from primitives
+  gradients       a derivative rule per primitive, and the walk that applies them from a loss back
+  nn              optimizers (a step is lazy assigns), layers, weights on disk (safetensors)
   scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
   lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, BEAM), lanes and
                   threads, accumulators, streaming stores, linearize. What tunes a CPU's memory traffic, each with its
@@ -276,8 +278,11 @@ class UOp(MathMixin, metaclass=UOpMeta):
     base, st = self._tracked()
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
-  def detached(self) -> UOp:  # the same values, as a view where gradients begin: made by no move of anything
-    base, st = self._tracked()
+  def detached(self) -> UOp:
+    """The same values, as a view where gradients begin: made by no move. A view of a buffer stays one view of it; any
+    other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
+    base, st = self._tracked() if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER else \
+      (self, ShapeTracker.contiguous(self.shape))
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, ("detach", None)))
   def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
     return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
@@ -1335,13 +1340,18 @@ class Tensor:
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     if self.uop.op is not Ops.ASSIGN: self.buffer()  # a whole buffer to write into
     target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
-    readers = [t for t in Tensor._live.values() if t is not self and t is not x and t.uop is not target and
-               any(u is target.src[0] for u in t.uop.toposort)]
-    for t in readers:  # a view of the buffer is copied; a graph is realized into buffers of its own anyway
-      if t.uop.op is Ops.VIEW and t.uop.src[0] is target.src[0]: t.uop = t.clone().uop
-    if readers: readers[0].realize(*readers[1:])
+    Tensor._realize_readers({target.src[0]}, self, x)
     self.uop = UOp(Ops.ASSIGN, self.dtype, (target, x.uop))
     return self
+  @staticmethod
+  def _realize_readers(buffers:set[UOp], *skip:Tensor):
+    """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
+    a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written."""
+    readers = [t for t in Tensor._live.values() if all(t is not s for s in skip) and
+               not (_whole_buffer(t.uop) and t.uop.src[0] in buffers) and any(u in buffers for u in t.uop.toposort)]
+    for t in readers:
+      if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop
+    if readers: readers[0].realize(*readers[1:])
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
@@ -1416,8 +1426,8 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   graph); a realized result, the graph it was computed from; any other node, its sources."""
   if (origin := u.__dict__.get("computed_from")) is not None: return (origin,)
   if u.op is not Ops.VIEW: return u.src
-  if (st := u.arg.before) is None: return ()
-  return (u.src[0],) if st.before is None and u.src[0].op is not Ops.BUFFER else (UOp(Ops.VIEW, u.dtype, u.src, st),)
+  if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
+  return (u.src[0],) if st.move is None and u.src[0].op is not Ops.BUFFER else (UOp(Ops.VIEW, u.dtype, u.src, st),)
 
 # The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again by
 # each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
@@ -1478,8 +1488,9 @@ class Optimizer:
     """The parameters and the state, each assigned its next value: to realize together (with the loss)."""
     for t in self.params:
       if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
-    # each next value is made before any is assigned, by a call whose names are gone when it returns: a tensor still
-    # held that reads a parameter would be realized first, at its assign
+    # what reads the parameters now (the loss, the gradients) is realized first, together, and each next value is made
+    # by a call whose names are gone when it returns: assigns then find nothing to realize before them
+    Tensor._realize_readers({t.buffer() and t.uop.src[0] for t in self.params})
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
     for t, new in zip(self.params, nexts): t.assign(new)
     return self.params + self.state
@@ -1494,7 +1505,7 @@ class SGD(Optimizer):
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
     self.b = self.state = self._zeros() if momentum else []
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
-    g = g + self.weight_decay * p
+    if self.weight_decay: g = g + self.weight_decay * p
     if self.momentum:
       b = self.b[i].assign(self.momentum * self.b[i] + g)
       g = g + self.momentum * b if self.nesterov else b
@@ -1515,7 +1526,7 @@ class Adam(Optimizer):
     self.b2_t.assign(self.b2_t * self.b2)
     return super().schedule_step()
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
-    if not self.decoupled: g = g + self.weight_decay * p
+    if self.weight_decay and not self.decoupled: g = g + self.weight_decay * p
     m = self.m[i].assign(self.b1 * self.m[i] + (1 - self.b1) * g)
     v = self.v[i].assign(self.b2 * self.v[i] + (1 - self.b2) * g * g)
     up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
