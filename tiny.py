@@ -791,9 +791,12 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
 
 class Tensor:
   _seed, _counter = 0, 0
-  # every tensor, and those that require grad (where backward() puts gradients), by id: a WeakSet would compare two
-  # references to one tensor with ==, which is elementwise here
-  _live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # what assign() looks through for readers
+  # Every tensor, by id, for assign() to look through for readers of a buffer: a weak reference with no callback, since
+  # a WeakValueDictionary's entry made building a model step 15% slower. A dead one stays until its id is reused (ids
+  # are addresses: the entries are about as many as tensors ever alive at once). And the tensors that require grad,
+  # where backward() puts gradients (by id too: a WeakSet would compare two references to one tensor with ==, which is
+  # elementwise here).
+  _live: dict[int, weakref.ref] = {}
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
   training = False  # what dropout and batch norm read: set by Tensor.train()
@@ -806,7 +809,7 @@ class Tensor:
       self.uop = UOp.const(dtype, _checked(dtype, data))
     else: self.uop = self._copied_in(data, dtype)
     if requires_grad is not None: self.requires_grad = requires_grad
-    Tensor._live[id(self)] = self
+    Tensor._live[id(self)] = weakref.ref(self)
   def _copied_in(self, data, dtype:DType|None) -> UOp:  # a list's values or a buffer's bytes, in device memory
     if isinstance(data, (list, tuple)):
       vals, shape = _flatten(data)
@@ -955,7 +958,7 @@ class Tensor:
   def _of(uop:UOp, device:str) -> Tensor:  # a tensor of a node, on a device __init__ has checked once
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, device
-    Tensor._live[id(t)] = t
+    Tensor._live[id(t)] = weakref.ref(t)
     return t
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
@@ -1042,7 +1045,7 @@ class Tensor:
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
   def cos(self) -> Tensor: return (self._float() + math.pi / 2).sin()
-  def relu(self) -> Tensor: return (self <= 0).where(0, self)  # not maximum(x, 0): its gradient at 0 is 0 (nan stays)
+  def relu(self) -> Tensor: return (self > 0).where(self, 0)  # tinygrad's: its gradient at 0 is 0 (maximum's is 1/2)
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
   def abs(self) -> Tensor:
@@ -1347,8 +1350,10 @@ class Tensor:
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written."""
-    readers = [t for t in Tensor._live.values() if all(t is not s for s in skip) and
-               not (_whole_buffer(t.uop) and t.uop.src[0] in buffers) and any(u in buffers for u in t.uop.toposort)]
+    readers = []
+    for ref in list(Tensor._live.values()):
+      if (t := ref()) is None or any(t is s for s in skip) or _whole_buffer(t.uop) and t.uop.src[0] in buffers: continue
+      if any(u in buffers for u in t.uop.toposort): readers.append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop
     if readers: readers[0].realize(*readers[1:])
