@@ -456,15 +456,17 @@ def first_calls(dev:str, peers:list[Peer]) -> list[dict]:
 # Each library alone in a process of its own (a peer's thread pool would slow the next contender), each step timed
 # after warm-up; tiny eagerly (realize) and under TinyJit, torch eagerly, tinygrad under its TinyJit.
 TRAIN_STEP = """
-import sys, time, json, random
+import os, sys, time, json, random
 lib, dev = sys.argv[1], sys.argv[2]
+os.environ.setdefault("DEV", dev)  # tinygrad's default device, where its layers are made
+os.environ.setdefault("TRAINING", "1")  # (tinygrad 0.14's optimizers ask for it)
 rng = random.Random(0)
 data = [[rng.uniform(-1, 1) for _ in range(784)] for _ in range(64)], [rng.randrange(10) for _ in range(64)]
 if lib in ("tiny", "tiny-jit", "tinygrad"):
   if lib == "tinygrad": from tinygrad import Tensor, TinyJit, nn
   else: from tiny import Tensor, TinyJit, nn
   Tensor.manual_seed(0)
-  Tensor.training = True  # (tinygrad's optimizers ask for it)
+  Tensor.training = True  # (older tinygrad's optimizers ask for it)
   l1, l2 = nn.Linear(784, 256), nn.Linear(256, 10)
   opt = nn.optim.Adam(nn.state.get_parameters([l1, l2]), lr=1e-3)
   x, y = Tensor(data[0], device=dev), Tensor([[float(c == k) for k in range(10)] for c in data[1]], device=dev)

@@ -322,6 +322,14 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def _key(self) -> tuple:  # ranges by when they were made (as text, id 10 would come before id 9)
     arg = self.arg.id if self.op is Ops.RANGE else repr(self.arg)
     return (self.op is Ops.CONST, self.op.value, repr(self.dtype), arg, tuple(s.key for s in self.src))
+  @functools.cached_property
+  def buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads: how assign() finds what reads a buffer
+    for u in self._sources:  # sources first, so a long chain doesn't recurse
+      if "buffers" not in u.__dict__: u.__dict__["buffers"] = u._buffers()
+    return self._buffers()
+  def _buffers(self) -> frozenset[UOp]:
+    if self.op is Ops.BUFFER: return frozenset((self,))
+    return self.src[0].buffers if len(self.src) == 1 else frozenset().union(*[s.buffers for s in self.src])
   def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
 
   # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate])
@@ -809,6 +817,7 @@ class Tensor:
       self.uop = UOp.const(dtype, _checked(dtype, data))
     else: self.uop = self._copied_in(data, dtype)
     if requires_grad is not None: self.requires_grad = requires_grad
+    Tensor._live.pop(id(self), None)  # (an id used before: this tensor goes last)
     Tensor._live[id(self)] = weakref.ref(self)
   def _copied_in(self, data, dtype:DType|None) -> UOp:  # a list's values or a buffer's bytes, in device memory
     if isinstance(data, (list, tuple)):
@@ -958,6 +967,7 @@ class Tensor:
   def _of(uop:UOp, device:str) -> Tensor:  # a tensor of a node, on a device __init__ has checked once
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, device
+    Tensor._live.pop(id(t), None)  # (an id used before: this tensor goes last)
     Tensor._live[id(t)] = weakref.ref(t)
     return t
   def _alu(self, op:Ops, *others) -> Tensor:
@@ -1350,10 +1360,11 @@ class Tensor:
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written."""
-    readers = []
-    for ref in list(Tensor._live.values()):
-      if (t := ref()) is None or any(t is s for s in skip) or _whole_buffer(t.uop) and t.uop.src[0] in buffers: continue
-      if any(u in buffers for u in t.uop.toposort): readers.append(t)
+    Tensor._live = {k: ref for k, ref in Tensor._live.items() if ref() is not None}
+    readers = []  # in the order they were made, so that a step's plan is found again on the next
+    for t in [ref() for ref in Tensor._live.values()]:
+      if t is None or any(t is s for s in skip) or _whole_buffer(t.uop) and t.uop.src[0] in buffers: continue
+      if not buffers.isdisjoint(t.uop.buffers): readers.append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop
     if readers: readers[0].realize(*readers[1:])
@@ -1365,9 +1376,14 @@ class Tensor:
       plan = planned(key, nodes)
       bufs = plan.run(buffers, device)
       for r, view in plan.writes.items(): remember(nodes[r], view.rebind(bufs[view.src[0].arg.index]))
+      trained = trained_from([t.uop for t, view in zip(group, plan.roots) if view is not None])
       for t, view in zip(group, plan.roots):
         if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
-        else: t.uop = remember(t.uop, view.rebind(bufs[view.src[0].arg.index]))
+        else:
+          bound = view.rebind(bufs[view.src[0].arg.index])
+          if t.uop in trained and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
+            bound.__dict__["computed_from"] = t.uop
+          t.uop = remember(t.uop, bound)
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -1438,13 +1454,16 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
-def _depends_on_trainable(u:UOp) -> bool:
-  return bool(trainable_nodes) and any(_lasting(n) in trainable_nodes for n in _grad_order(u))
+def trained_from(roots:list[UOp]) -> set[UOp]:  # the nodes among these graphs' that depend on a tensor requiring grad
+  reach: set[UOp] = set()
+  for u in _grad_order(*roots) if trainable_nodes else ():
+    if _lasting(u) in trainable_nodes or any(s in reach for s in _grad_sources(u)): reach.add(u)
+  return reach
 
 def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where a tensor's gradient arrives
 
-def _grad_order(root:UOp) -> list[UOp]:  # every node root's gradient flows through, sources first
-  order, seen, stack = [], set(), [(root, False)]
+def _grad_order(*roots:UOp) -> list[UOp]:  # every node the roots' gradients flow through, sources first
+  order, seen, stack = [], set(), [(root, False) for root in roots]
   while stack:
     u, done = stack.pop()
     if done: order.append(u)
@@ -1830,12 +1849,9 @@ def realized_view(u:UOp) -> UOp|None:
   if (ref := u.__dict__.get("realized")) is None or capturing.now is not None and u not in capturing.now.computed:
     return None
   return ref()
-# Where gradients may flow through it (it depends on a tensor that requires grad), the view keeps the graph too: a
-# realize() in the middle of a graph changes no gradient.
 def remember(u:UOp, view:UOp) -> UOp:
   u.__dict__["realized"] = weakref.ref(view)
   if capturing.now is not None: capturing.now.computed.add(u)
-  if u.op is not Ops.ASSIGN and _depends_on_trainable(u): view.__dict__["computed_from"] = u
   return view
 
 def _whole_buffer(u:UOp) -> bool:
