@@ -497,7 +497,8 @@ info = {"seconds": sorted(times)[len(times) // 2], "learns": losses[-1] < losses
 if lib == "tiny-jit":
   replay, = run.replays.values()
   info |= {"kernels": len(replay.launches),
-           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) + sum(n * d.itemsize for _, n, d in replay.made)}
+           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) +
+                    sum(n * d.itemsize for _, n, d in replay.made)}
 print(json.dumps(info))
 """
 
@@ -513,7 +514,8 @@ def training_row(dev:str, peers:list[Peer], steps:int) -> dict:
   return {"name": "train step: MLP 784-256-10, Adam", "size": "batch 64", "shape": (64, 784), "bytes": 0, "flops": 0,
           "tiny": tiny, "baseline": eager["seconds"], "seconds": times | {"tiny": tiny, "baseline": eager["seconds"]},
           "gb_per_s": None, "gflop_per_s": None, "pct_peak": None, "python_seconds": None,
-          "vs_baseline": tiny / eager["seconds"] if isinstance(tiny, float) and isinstance(eager["seconds"], float) else None,
+          "vs_baseline": tiny / eager["seconds"] if isinstance(tiny, float) and isinstance(eager["seconds"], float)
+                         else None,
           "kernels": [f"TinyJit; baseline: realize(); {jit.get('kernels', '?')} kernels a step, "
                       f"{jit.get('bytes', 0) / 2**20:.1f} MB of buffers"]}
 

@@ -1314,7 +1314,8 @@ class Tensor:
     """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. A
     target it doesn't depend on through float ops raises, naming what stopped it, unless materialize_grads: zeros."""
     for t in targets:
-      if not dtypes.is_float(t.dtype): raise TypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
+      if not dtypes.is_float(t.dtype):
+        raise TypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
     grads, stops = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in targets])
     for t in targets:
       if _grad_node(t.uop) not in grads and not materialize_grads:
@@ -1450,13 +1451,14 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
   return (u.src[0],) if st.move is None and u.src[0].op is not Ops.BUFFER else (UOp(Ops.VIEW, u.dtype, u.src, st),)
 
-# The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again by
-# each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
+# The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again
+# by each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
 def trained_from(roots:list[UOp]) -> set[UOp]:  # the nodes among these graphs' that depend on a tensor requiring grad
   reach: set[UOp] = set()
-  for u in _grad_order(*roots) if trainable_nodes else ():
+  if not trainable_nodes: return reach
+  for u in _grad_order(*roots):
     if _lasting(u) in trainable_nodes or any(s in reach for s in _grad_sources(u)): reach.add(u)
   return reach
 
@@ -1514,7 +1516,8 @@ class Optimizer:
       if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
     # what reads the parameters now (the loss, the gradients) is realized first, together, and each next value is made
     # by a call whose names are gone when it returns: assigns then find nothing to realize before them
-    Tensor._realize_readers({t.buffer() and t.uop.src[0] for t in self.params})
+    for t in self.params: t.buffer()  # each in a buffer of its own, to be written
+    Tensor._realize_readers({t.uop.src[0] for t in self.params})
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
     for t, new in zip(self.params, nexts): t.assign(new)
     return self.params + self.state
@@ -1576,10 +1579,12 @@ class Linear:
   def __call__(self, x:Tensor) -> Tensor: return x.linear(self.weight.T, self.bias)
 
 class Conv2d:
-  def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
+  def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+               bias=True):
     self.kernel_size = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-    self.weight = trained(Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5)))
+    shape = (out_channels, in_channels // groups, *self.kernel_size)
+    self.weight = trained(Tensor.kaiming_uniform(*shape, a=math.sqrt(5)))
     bound = 1 / math.sqrt(prod(self.weight.shape[1:]))
     self.bias = trained(Tensor.uniform(out_channels, low=-bound, high=bound)) if bias else None
   def __call__(self, x:Tensor) -> Tensor:
@@ -1625,8 +1630,8 @@ class Embedding:
   def __call__(self, idx:Tensor) -> Tensor: return self.weight[idx]
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Weights on disk: a model's tensors by name, and safetensors files: an 8-byte little-endian header length, a JSON header
-# of each tensor's dtype, shape and byte offsets in the data, then the data, little-endian.
+# Weights on disk: a model's tensors by name, and safetensors files: an 8-byte little-endian header length, a JSON
+# header of each tensor's dtype, shape and byte offsets in the data, then the data, little-endian.
 
 def get_state_dict(obj, prefix:str="") -> dict[str, Tensor]:
   """Every tensor an object holds, by its path of attribute names, list indices and dict keys: "l1.weight"."""
@@ -1639,7 +1644,7 @@ def get_state_dict(obj, prefix:str="") -> dict[str, Tensor]:
 def get_parameters(obj) -> list[Tensor]: return list(get_state_dict(obj).values())
 
 def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
-  """Assigns each tensor of the model the one of its name (a missing one raises, unless not strict), and realizes them."""
+  """Assigns each tensor of the model the one of its name (a missing one raises, unless not strict); realizes them."""
   own = get_state_dict(model)
   for name, t in own.items():
     if name not in state_dict:
@@ -1671,7 +1676,8 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
   if len(raw) < 8 or (size := struct.unpack("<Q", raw[:8])[0]) > len(raw) - 8:
     raise ValueError(f"{path}: not a safetensors file: its header length is past the end of the file")
   try: header = json.loads(raw[8:8 + size])
-  except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{path}: its header is not JSON ({e})") from None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path}: its header is not JSON ({e})") from None
   data, out = memoryview(raw)[8 + size:], {}
   for name, info in header.items():
     if name == "__metadata__": continue
@@ -1688,8 +1694,8 @@ nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=
                            state=types.SimpleNamespace(get_state_dict=get_state_dict, get_parameters=get_parameters,
                                                        load_state_dict=load_state_dict, safe_save=safe_save,
                                                        safe_load=safe_load),
-                           Linear=Linear, Conv2d=Conv2d, LayerNorm=LayerNorm, BatchNorm=BatchNorm, BatchNorm2d=BatchNorm,
-                           Embedding=Embedding)
+                           Linear=Linear, Conv2d=Conv2d, LayerNorm=LayerNorm, BatchNorm=BatchNorm,
+                           BatchNorm2d=BatchNorm, Embedding=Embedding)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
