@@ -1758,7 +1758,9 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
   while stack:
     u, ready = stack.pop()
     if u in row: continue
-    if ready: rows.append(Node(u.op, u.dtype, _key(_bare(u)), tuple(map(row.__getitem__, u.src))))
+    if ready:  # (a view's arg without the moves that made it)
+      arg = u.arg.bare if u.op is Ops.VIEW else u.arg
+      rows.append(Node(u.op, u.dtype, _key(arg), tuple(map(row.__getitem__, u.src))))
     elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
       b = view.src[0].arg
       rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
@@ -1768,7 +1770,6 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
     row[u] = len(nodes)
     nodes.append(u)
   return Structure(device, tuple(rows), tuple(row[r] for r in roots)), list(slots), nodes
-def _bare(u:UOp) -> Any: return u.arg.bare if u.op is Ops.VIEW else u.arg  # a view without the moves that made it
 
 @dataclass
 class Plan:
@@ -1832,7 +1833,8 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
   graph: list[UOp] = []
   for r, u in zip(key.rows, nodes):
-    if isinstance(r, Node): graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), _bare(u)))
+    if isinstance(r, Node):
+      graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
   return graph
 
