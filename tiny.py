@@ -172,6 +172,10 @@ class Param(NamedTuple):  # a PARAM's arg: one buffer of a kernel
   @property
   def name(self) -> str: return f"data{self.slot}"
 
+class Reduction(NamedTuple):  # a REDUCE_AXIS's arg
+  op: Ops  # ADD or MAX
+  axes: tuple[int, ...]
+
 class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (the CPU) a row on the stack
   id: int
   size: int  # elements
@@ -311,7 +315,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.IOTA: return (self.arg,)
     if self.op is Ops.CONST: return ()
     if self.op is Ops.VIEW: return self.arg.shape
-    if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
+    if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg.axes else s for i, s in enumerate(self.src[0].shape))
     return self.src[-1].shape
   @functools.cached_property
   def key(self) -> tuple:
@@ -1083,7 +1087,7 @@ class Tensor:
     else: out = self._reduce_axis(op, axes)
     return out._reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
-    return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+    return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), Reduction(op, axes)))
   def sum(self, axis=None, keepdim=False) -> Tensor:  # ints and bools add up in int64, as in numpy and torch
     x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
     return x._reduce(Ops.ADD, axis, keepdim)
@@ -1887,8 +1891,8 @@ def split_reduce(r:UOp, device:str) -> UOp:
   unit, parts = next((s for s in splits if s[1] % cores == 0), splits[0] if splits else (4 * w, most))
   x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
   partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
-                (op, (len(kept) + 1,)))
-  total = UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.CONTIGUOUS, x.dtype, (partial,)),), (op, (len(kept),)))
+                Reduction(op, (len(kept) + 1,)))
+  total = UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.CONTIGUOUS, x.dtype, (partial,)),), Reduction(op, (len(kept),)))
   return total.moved(("reshape", r.shape))
 
 def _padded(x:UOp, grow:tuple, value:UOp) -> UOp:  # x padded, the padding holding value (a pad's own holds 0)
@@ -1905,8 +1909,8 @@ def pack(r:UOp, device:str) -> UOp:
   1.5x; a 512 x @ w.T: 5x). Only for a b broadcast over 32 output rows or more, with a reduce of 64 or more: the copy
   is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
   target = Device.target(device)
-  if target.gpu or r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or r.src[0].op is not Ops.MUL or \
-     len(r.src[0].shape) < 3 or tuple(r.arg[1]) != (len(r.src[0].shape) - 1,): return r
+  if target.gpu or r.op is not Ops.REDUCE_AXIS or r.arg.op is not Ops.ADD or r.src[0].op is not Ops.MUL or \
+     len(r.src[0].shape) < 3 or tuple(r.arg.axes) != (len(r.src[0].shape) - 1,): return r
   tile = 4 * target.width
   def packed(b:UOp) -> UOp:
     if b.op is not Ops.VIEW or b.src[0].op is not Ops.BUFFER or len(b.arg.views) != 1: return b
@@ -1977,12 +1981,12 @@ def _reads_moved(a:UOp) -> bool:
              u.op is Ops.REDUCE_AXIS and target in u.toposort for u in value.toposort)
 
 def _axes(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
-  return r.src[0].shape, tuple(sorted(r.arg[1]))
+  return r.src[0].shape, tuple(sorted(r.arg.axes))
 
 def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs' pending
   if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
   if u.op is Ops.REDUCE_AXIS:
-    axes, shape = sorted(u.arg[1]), u.src[0].shape
+    axes, shape = sorted(u.arg.axes), u.src[0].shape
     # (a source stored to memory holds no pending reduce: it is read as a buffer)
     return shape if all(s is None for s in srcs) and axes == list(range(len(shape) - len(axes), len(shape))) else ()
   held = {s for s in srcs if s is not None}
@@ -2180,8 +2184,7 @@ def _sources_at(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None) -> list[tuple]:
     # simplified, so a node read through two views at one index (a row's max, in its sum and its outputs) is one node
     return [(u.src[0], tuple(simplify(i) for i in unravel(addr, u.src[0].shape)), gate)]
   if u.op is Ops.REDUCE_AXIS:
-    _, axes = u.arg
-    return [(u.src[0], tuple(new_range(s, AxisType.REDUCE) if i in axes else idx
+    return [(u.src[0], tuple(new_range(s, AxisType.REDUCE) if i in u.arg.axes else idx
                              for i, (s, idx) in enumerate(zip(u.src[0].shape, idxs))), valid)]
   return [(s, idxs, valid) for s in u.src]
 
@@ -2196,8 +2199,7 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
   if u.op is Ops.REDUCE_AXIS:
     _, at, _ = srcs[0]  # the index its source is read at: the output's, and a range for each reduced dim
     reduced = tuple(r for r in at if r.op is Ops.RANGE and r not in idxs)
-    op, _ = u.arg
-    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + reduced, op) if reduced else vals[0]
+    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + reduced, u.arg.op) if reduced else vals[0]
   return u.replace(src=tuple(vals))
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
