@@ -920,7 +920,8 @@ class Tensor:
     """Where a rand call starts in the seeded sequence, as data, not a constant in the source, so that every rand call
     runs the same compiled kernel. A TinyJit capturing notes it, and each replay writes its own call's place."""
     t = Tensor.empty(1, dtype=dtypes.uint32, device=device)
-    (buf := t.buffer()).copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
+    buf = t.buffer()  # 0x9E3779B9 is 2**32 over the golden ratio: nearby seeds start far apart in the sequence
+    buf.copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
     if capturing.now is not None: capturing.now.data.append(Place(start, buf))
     return t
   @staticmethod
@@ -1290,15 +1291,15 @@ class Tensor:
       raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
     dims = len(size)
     stride, dilation = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation)]
-    if isinstance(padding, int): padding = ((padding, padding),) * dims
-    elif len(padding) == dims: padding = tuple((p, p) for p in padding)
-    else: padding = tuple(zip(padding[-2::-2], padding[::-2]))  # flat, torch's order: the last dim's first
-    x = self.pad(((0, 0), (0, 0)) + tuple(padding))
+    if isinstance(padding, int): padding = (padding,) * dims
+    # an amount for each spatial dim, or (before, after) pairs flat in torch's order, the last dim's first, as pad takes
+    x = self.pad((None, None, *[(p, p) for p in padding]) if len(padding) == dims else tuple(padding))
     out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(dims)]
     if any(v <= 0 for v in out): raise ShapeError(f"conv2d's kernel {tuple(kernel)} is larger than the padded input")
-    windows = [x[(slice(None), slice(None)) + tuple(slice(p * d, p * d + s * (v - 1) + 1, s) for p, d, s, v in
-                                                  zip(at, dilation, stride, out))]
-               for at in itertools.product(*map(range, kernel))]
+    def window(at:tuple[int, ...]) -> Tensor:  # what kernel position `at` meets, at each output position
+      return x[(slice(None), slice(None), *[slice(p * d, p * d + s * (v - 1) + 1, s)
+                                            for p, d, s, v in zip(at, dilation, stride, out)])]
+    windows = [window(at) for at in itertools.product(*map(range, kernel))]
     cols = Tensor.stack(*windows, dim=2).reshape(n, groups, 1, per_group, prod(kernel), *out)
     w = weight.reshape(1, groups, o // groups, per_group, prod(kernel), *(1,) * dims)
     y = (cols * w).sum((3, 4)).reshape(n, o, *out)
@@ -1312,7 +1313,9 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    if value: Tensor._trainable[id(self)] = self; trainable_nodes.add(_lasting(self.uop))
+    if value:
+      Tensor._trainable[id(self)] = self
+      trainable_nodes.add(_lasting(self.uop))
     else: Tensor._trainable.pop(id(self), None)
   def gradient(self, *targets:Tensor, gradient:Tensor|None=None, materialize_grads=False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. A
@@ -1320,28 +1323,29 @@ class Tensor:
     for t in targets:
       if not dtypes.is_float(t.dtype):
         raise TypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
-    grads, stops = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in targets])
-    for t in targets:
-      if _grad_node(t.uop) not in grads and not materialize_grads:
+    nodes = [_grad_node(t.uop) for t in targets]
+    grads, stops = gradients(self, self._start(gradient), nodes)
+    for t, node in zip(targets, nodes):
+      if node not in grads and not materialize_grads:
         why = f"it reaches it only through ops that pass no gradient there ({', '.join(sorted(stops))})" if stops \
               else "it doesn't depend on it"
         raise RuntimeError(f"no gradient of {self!r} with respect to {t!r}: {why}")
-    return [grads[n] if (n := _grad_node(t.uop)) in grads else t.zeros_like() for t in targets]
+    return [grads[node] if node in grads else t.zeros_like() for t, node in zip(targets, nodes)]
   def backward(self, gradient:Tensor|None=None) -> Tensor:
     """Adds the gradients of this tensor (a scalar, or weighted by gradient) to .grad of each tensor that requires grad
     and that it depends on."""
     trainable = list(Tensor._trainable.values())
-    grads, _ = gradients(self._seeded(gradient), [_grad_node(t.uop) for t in trainable])
+    grads, _ = gradients(self, self._start(gradient), [_grad_node(t.uop) for t in trainable])
     for t in trainable:
       if (g := grads.get(_grad_node(t.uop))) is not None: t.grad = g if t.grad is None else t.grad + g
     return self
-  def _seeded(self, gradient:Tensor|None) -> tuple[Tensor, Tensor]:  # (this tensor, the gradient it starts with)
+  def _start(self, gradient:Tensor|None) -> Tensor:  # the gradient of this tensor a walk starts from
     if not dtypes.is_float(self.dtype): raise TypeError(f"can't differentiate a tensor of {self.dtype.name}")
     if gradient is None and self.numel() != 1:
       raise ShapeError(f"backward of a tensor of shape {self.shape} needs a scalar, or gradient= of its shape")
     if gradient is not None and gradient.shape != self.shape:
       raise ShapeError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
-    return self, self.ones_like() if gradient is None else gradient.cast(self.dtype)
+    return self.ones_like() if gradient is None else gradient.cast(self.dtype)
   def detach(self) -> Tensor: return self._like(self.uop.detached())
   class train(contextlib.ContextDecorator):
     """with Tensor.train(): or @Tensor.train(): Tensor.training is mode inside, what it was after."""
@@ -1478,12 +1482,12 @@ def _grad_order(*roots:UOp) -> list[UOp]:  # every node the roots' gradients flo
       stack += [(u, True)] + [(s, False) for s in _grad_sources(u)]
   return order
 
-def gradients(seeded:tuple[Tensor, Tensor], targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
+def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
-  from the root; and the ops that stopped a gradient on its way to a target (an int source, a WHERE's condition)."""
-  (root, seed), wanted = seeded, set(targets)
+  from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source, a WHERE's
+  condition)."""
   order = _grad_order(root.uop)
-  leads = set(wanted)  # the nodes some target is reached through
+  leads = set(targets)  # the nodes some target is reached through
   for u in order:
     if any(s in leads for s in _grad_sources(u)): leads.add(u)
   grads, stops = {root.uop: seed}, set()
