@@ -134,7 +134,7 @@ def assert_close(got, want, rtol=1e-5, atol=1e-6):
 
 def realized(*shapes, seed=0): return [Tensor(rand_list(s, seed + i)).realize() for i, s in enumerate(shapes)]
 
-LOWERED: dict = {}  # (kernel AST, NOOPT) -> None: every kernel the session lowers, for the dialect checks at the end
+LOWERED: dict = {}  # (kernel AST, NOOPT) -> None: every kernel the test run lowers, for the dialect checks at the end
 
 @pytest.fixture(scope="session", autouse=True)
 def record_lowered_kernels():
@@ -3880,7 +3880,7 @@ def test_mlp_learns_handwritten_digits_eagerly_and_under_tinyjit():
   assert eager[1] >= 0.95, f"held-out accuracy {eager[1]:.3f}"
 
 # ------------------------------------------------------------------------------------------------------------------
-# every kernel the session lowered, in every GPU dialect. Last in the file: they check what the tests above produced.
+# every kernel the test run lowered, in every GPU dialect. Last in the file: they check what the tests above produced.
 
 def test_lowered_kernels_are_recorded():
   t = Tensor.empty(3, 5) * 7 - 1

@@ -135,6 +135,7 @@ class Ops(IntEnum):
   BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
   # kernel level
   PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
+  # (ASSIGN: in a kernel, an accumulator's update; over tensors, a write into a tensor's buffer, as Tensor.assign)
   DEFINE_LOCAL = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); END = auto(); BARRIER = auto(); PREFETCH = auto()
   VECTORIZE = auto(); GEP = auto(); CAST = auto(); BITCAST = auto()
   # ALU
@@ -821,7 +822,9 @@ class Tensor:
       self.uop = UOp.const(dtype, _checked(dtype, data))
     else: self.uop = self._copied_in(data, dtype)
     if requires_grad is not None: self.requires_grad = requires_grad
-    Tensor._live.pop(id(self), None)  # (an id used before: this tensor goes last)
+    self._enlist()
+  def _enlist(self):  # into Tensor._live (an id used before: this tensor goes last, so readers come in the order made)
+    Tensor._live.pop(id(self), None)
     Tensor._live[id(self)] = weakref.ref(self)
   def _copied_in(self, data, dtype:DType|None) -> UOp:  # a list's values or a buffer's bytes, in device memory
     if isinstance(data, (list, tuple)):
@@ -972,8 +975,7 @@ class Tensor:
   def _of(uop:UOp, device:str) -> Tensor:  # a tensor of a node, on a device __init__ has checked once
     t = Tensor.__new__(Tensor)
     t.uop, t.device = uop, device
-    Tensor._live.pop(id(t), None)  # (an id used before: this tensor goes last)
-    Tensor._live[id(t)] = weakref.ref(t)
+    t._enlist()
     return t
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
@@ -1385,12 +1387,12 @@ class Tensor:
       plan = planned(key, nodes)
       bufs = plan.run(buffers, device)
       for r, view in plan.writes.items(): remember(nodes[r], view.rebind(bufs[view.src[0].arg.index]))
-      trained = trained_from([t.uop for t, view in zip(group, plan.roots) if view is not None])
+      kept = on_grad_paths([t.uop for t, view in zip(group, plan.roots) if view is not None])
       for t, view in zip(group, plan.roots):
         if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
         else:
           bound = view.rebind(bufs[view.src[0].arg.index])
-          if t.uop in trained and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
+          if t.uop in kept and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
             bound.__dict__["computed_from"] = t.uop
           t.uop = remember(t.uop, bound)
     return self
@@ -1463,23 +1465,25 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # by each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
-def trained_from(roots:list[UOp]) -> set[UOp]:  # the nodes among these graphs' that depend on a tensor requiring grad
+def on_grad_paths(roots:list[UOp]) -> set[UOp]:  # the nodes of these graphs that depend on a tensor requiring grad
   reach: set[UOp] = set()
   if not trainable_nodes: return reach
-  for u in _grad_order(*roots):
-    if _lasting(u) in trainable_nodes or any(s in reach for s in _grad_sources(u)): reach.add(u)
+  for u, sources in _grad_order(*roots).items():
+    if _lasting(u) in trainable_nodes or any(s in reach for s in sources): reach.add(u)
   return reach
 
 def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where a tensor's gradient arrives
 
-def _grad_order(*roots:UOp) -> list[UOp]:  # every node the roots' gradients flow through, sources first
-  order, seen, stack = [], set(), [(root, False) for root in roots]
+def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
+  """Every node the roots' gradients flow through, sources first, each with its _grad_sources (found once)."""
+  order: dict[UOp, tuple[UOp, ...]] = {}
+  found, stack = {}, [(root, False) for root in roots]
   while stack:
     u, done = stack.pop()
-    if done: order.append(u)
-    elif u not in seen:
-      seen.add(u)
-      stack += [(u, True)] + [(s, False) for s in _grad_sources(u)]
+    if done: order[u] = found[u]
+    elif u not in found:
+      found[u] = _grad_sources(u)
+      stack += [(u, True)] + [(s, False) for s in found[u]]
   return order
 
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
@@ -1488,12 +1492,11 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   condition)."""
   order = _grad_order(root.uop)
   leads = set(targets)  # the nodes some target is reached through
-  for u in order:
-    if any(s in leads for s in _grad_sources(u)): leads.add(u)
+  for u, sources in order.items():
+    if any(s in leads for s in sources): leads.add(u)
   grads, stops = {root.uop: seed}, set()
   tensor = functools.partial(Tensor._of, device=root.device)
-  for u in reversed(order):
-    sources = _grad_sources(u)
+  for u, sources in reversed(order.items()):
     if (g := grads.get(u)) is None or not any(s in leads for s in sources): continue
     if "computed_from" in u.__dict__: partials = (g,)  # a realized result: the values it was computed as
     elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
@@ -1575,15 +1578,15 @@ class AdamW(Adam):
 # Layers: thin wrappers over Tensor methods, with tinygrad's parameter names and initialization, so that state dict keys
 # match tinygrad's (and torch's)
 
-def trained(t:Tensor|None) -> Tensor|None:  # a layer's parameter: it requires grad
+def parameter(t:Tensor|None) -> Tensor|None:  # a layer's parameter: it requires grad
   if t is not None: t.requires_grad = True
   return t
 
 class Linear:
   def __init__(self, in_features:int, out_features:int, bias=True):
     bound = 1 / math.sqrt(in_features)
-    self.weight = trained(Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5)))
-    self.bias = trained(Tensor.uniform(out_features, low=-bound, high=bound)) if bias else None
+    self.weight = parameter(Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5)))
+    self.bias = parameter(Tensor.uniform(out_features, low=-bound, high=bound)) if bias else None
   def __call__(self, x:Tensor) -> Tensor: return x.linear(self.weight.T, self.bias)
 
 class Conv2d:
@@ -1592,9 +1595,9 @@ class Conv2d:
     self.kernel_size = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     shape = (out_channels, in_channels // groups, *self.kernel_size)
-    self.weight = trained(Tensor.kaiming_uniform(*shape, a=math.sqrt(5)))
+    self.weight = parameter(Tensor.kaiming_uniform(*shape, a=math.sqrt(5)))
     bound = 1 / math.sqrt(prod(self.weight.shape[1:]))
-    self.bias = trained(Tensor.uniform(out_channels, low=-bound, high=bound)) if bias else None
+    self.bias = parameter(Tensor.uniform(out_channels, low=-bound, high=bound)) if bias else None
   def __call__(self, x:Tensor) -> Tensor:
     return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
 
@@ -1602,8 +1605,8 @@ class LayerNorm:
   def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     self.axis, self.eps = tuple(-1 - i for i in range(len(self.normalized_shape))), eps
-    self.weight = trained(Tensor.ones(*self.normalized_shape)) if elementwise_affine else None
-    self.bias = trained(Tensor.zeros(*self.normalized_shape)) if elementwise_affine else None
+    self.weight = parameter(Tensor.ones(*self.normalized_shape)) if elementwise_affine else None
+    self.bias = parameter(Tensor.zeros(*self.normalized_shape)) if elementwise_affine else None
   def __call__(self, x:Tensor) -> Tensor:
     x = x.layernorm(self.axis, self.eps)
     return x if self.weight is None else x * self.weight + self.bias
@@ -1613,7 +1616,7 @@ class BatchNorm:
   them (momentum: how much a batch moves them; the variance unbiased) outside it."""
   def __init__(self, sz:int, eps=1e-5, affine=True, track_running_stats=True, momentum=0.1):
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
-    self.weight, self.bias = (trained(Tensor.ones(sz)), trained(Tensor.zeros(sz))) if affine else (None, None)
+    self.weight, self.bias = (parameter(Tensor.ones(sz)), parameter(Tensor.zeros(sz))) if affine else (None, None)
     if track_running_stats:  # state, not parameters: an optimizer given them leaves them
       self.running_mean, self.running_var = Tensor.zeros(sz), Tensor.ones(sz)
       self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.long)
@@ -1634,7 +1637,7 @@ class BatchNorm:
 class Embedding:
   def __init__(self, vocab_size:int, embed_size:int):
     self.vocab_sz, self.embed_sz = vocab_size, embed_size
-    self.weight = trained(Tensor.glorot_uniform(vocab_size, embed_size))
+    self.weight = parameter(Tensor.glorot_uniform(vocab_size, embed_size))
   def __call__(self, idx:Tensor) -> Tensor: return self.weight[idx]
 
 # ---------------------------------------------------------------------------------------------------------------------
