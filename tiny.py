@@ -861,6 +861,12 @@ class Tensor:
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
   def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def size(self, dim:int|None=None): return self.shape if dim is None else self.shape[self._dim(dim)]
+  def element_size(self) -> int: return self.dtype.itemsize
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  @property
+  def max_shape(self) -> tuple[int, ...]: return self.shape  # (every dim of a tiny shape is an int: none is symbolic)
+  def max_numel(self) -> int: return self.numel()
   def __len__(self):
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
@@ -904,6 +910,33 @@ class Tensor:
     return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
   def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
   def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
+  @staticmethod
+  def const(value, dtype=None) -> Tensor: return Tensor(value, dtype)
+  const_like = full_like
+  def empty_like(self, dtype=None, device=None) -> Tensor:
+    return Tensor.empty(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
+  @staticmethod
+  def linspace(start, stop, steps:int, dtype=None, device=None) -> Tensor:
+    if steps < 0: raise ValueError(f"linspace needs steps >= 0, got {steps}")
+    step = (stop - start) / (steps - 1) if steps > 1 else 0
+    return (Tensor.arange(steps, device=device) * step + start).cast(dtype or dtypes.float)
+  def _tri(self, diagonal:int, lower:bool) -> Tensor:  # the last two dims' triangle, on and below (or above) a diagonal
+    if self.ndim < 2: raise ShapeError(f"tril and triu need a tensor of at least 2 dims, got shape {self.shape}")
+    rows, cols = Tensor.arange(self.shape[-2], device=self.device).unsqueeze(-1), Tensor.arange(self.shape[-1], device=self.device)
+    return ((cols <= rows + diagonal) if lower else (cols >= rows + diagonal)).where(self, self.zeros_like())
+  def tril(self, diagonal:int=0) -> Tensor: return self._tri(diagonal, lower=True)
+  def triu(self, diagonal:int=0) -> Tensor: return self._tri(diagonal, lower=False)
+  def one_hot(self, num_classes:int=-1) -> Tensor:
+    if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype.name}")
+    if num_classes == -1: num_classes = self.max().item() + 1
+    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0)
+  def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
+    ts = (self, *others)
+    shape = tuple(t.numel() for t in ts)
+    if indexing == "xy" and len(ts) > 1: shape = (shape[1], shape[0], *shape[2:])
+    at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))
+    return tuple(t.reshape(tuple(-1 if d == a else 1 for d in range(len(ts)))).expand(shape) for t, a in zip(ts, at))
 
   @staticmethod
   def manual_seed(seed:int=0): Tensor._seed, Tensor._counter = seed, 0
@@ -949,6 +982,46 @@ class Tensor:
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
     return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
 
+  def rand_like(self, dtype=None, device=None) -> Tensor:
+    return Tensor.rand(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
+  def randn_like(self, dtype=None, device=None) -> Tensor:
+    return Tensor.randn(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
+  @staticmethod
+  def normal(*shape, mean=0.0, std=1.0, dtype=None, device=None) -> Tensor:
+    if std < 0: raise ValueError(f"normal needs std >= 0, got {std}")
+    return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.float)
+  @staticmethod
+  def randint(*shape, low=0, high=10, dtype=dtypes.int32, device=None) -> Tensor:
+    if not all(isinstance(v, int) for v in (low, high)): raise TypeError(f"randint's low={low} and high={high} are ints")
+    if low >= high: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
+    return ((Tensor.rand(*shape, device=device) * (high - low)).cast(dtypes.int64) + low).cast(dtype)  # (floor: >= 0)
+  @staticmethod
+  def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor: return Tensor.rand(n, device=device).argsort().cast(dtype)
+  @staticmethod
+  def scaled_uniform(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(Tensor._unpack(shape)) ** -0.5
+  @staticmethod
+  def kaiming_normal(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
+    return Tensor.normal(*shape, mean=0.0, std=std, dtype=dtype, device=device)
+  def multinomial(self, num_samples:int=1, replacement:bool=False) -> Tensor:
+    """Indices drawn with probabilities proportional to the weights of each row: where a uniform sample falls in the
+    weights' running sum (with replacement), or the num_samples largest of log(u) / w (without: Efraimidis-Spirakis)."""
+    if not 1 <= self.ndim <= 2 or num_samples < 1:
+      raise ShapeError(f"multinomial takes 1 or 2 dims and num_samples >= 1, got shape {self.shape}, {num_samples}")
+    w = self.unsqueeze(0) if self.ndim == 1 else self
+    if not replacement and num_samples > w.shape[1]: raise ValueError(f"can't draw {num_samples} of {w.shape[1]} without replacement")
+    if replacement or num_samples == 1:
+      cdf = w.float().cumsum(1)
+      u = Tensor.rand(num_samples, w.shape[0], 1, device=self.device) * cdf[:, -1:].unsqueeze(0)
+      picks = (u >= cdf.unsqueeze(0)).sum(2).permute(1, 0)
+    else: picks = (w.rand_like(dtype=dtypes.float).log() / w).topk(num_samples, 1)[1]
+    return (picks.squeeze(0) if self.ndim == 1 else picks).cast(dtypes.int32)
+  def dropout(self, p:float=0.5) -> Tensor:  # zeroes each element with probability p in Tensor.train(), scaling the rest
+    if not 0 <= p <= 1: raise ValueError(f"dropout's p={p} is not in [0, 1]")
+    if not Tensor.training or p == 0: return self
+    return (Tensor.rand(*self.shape, device=self.device) >= p).where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
+
   # --- elementwise
   def _const(self, v) -> Tensor:
     """A Python scalar takes this tensor's dtype where it is of the same kind or a lower one (an int with an int
@@ -980,6 +1053,7 @@ class Tensor:
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
+  def alu(self, op:Ops, *others) -> Tensor: return self._alu(op, *others)
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
   def _unary(self, op:Ops) -> Tensor:  # transcendentals run in float32: half versions are not in every dialect
     x = self._float()
@@ -1054,6 +1128,11 @@ class Tensor:
   def half(self) -> Tensor: return self.cast(dtypes.half)
   def int(self) -> Tensor: return self.cast(dtypes.int)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bitcast(self, dtype) -> Tensor:  # the same bits, read as another dtype of the same size
+    dtype = dtypes.of(dtype)
+    if dtype.itemsize != self.dtype.itemsize: raise TypeError(f"can't bitcast {self.dtype.name} to {dtype.name}: sizes differ")
+    return self if dtype == self.dtype else self._like(self.uop.bitcast(dtype))
 
   def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
   def log2(self) -> Tensor: return self._unary(Ops.LOG2)
@@ -1070,6 +1149,131 @@ class Tensor:
     return self.maximum(-self) + 0  # (+0: max keeps the first of -0.0 and 0.0, and abs(-0.0) is 0.0)
   def square(self) -> Tensor: return self * self
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def log10(self) -> Tensor: return self.log2() * math.log10(2)
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def atan(self) -> Tensor:
+    """For |x| <= 1, twice halved (atan x = 2 atan(x / (1 + sqrt(1 + x^2)))) to |x| <= 0.2, then its odd series to
+    x^15 (error below 2e-12); for |x| > 1, pi/2 - atan(1/x), with x's sign."""
+    x = self._float()
+    big = x.abs() > 1
+    y = big.where(x.abs().reciprocal(), x.abs())
+    for _ in range(2): y = y / (1 + (1 + y * y).sqrt())
+    series = y * sum(((-1) ** k / (2 * k + 1)) * (y * y) ** k for k in range(8)) * 4
+    return big.where(math.pi / 2 - series, series) * x.sign()
+  def asin(self) -> Tensor: return (self._float() / (1 - self._float().square()).sqrt()).atan()
+  def acos(self) -> Tensor: return math.pi / 2 - self.asin()
+  def sinh(self) -> Tensor: return (self.exp() - (-self._float()).exp()) / 2
+  def cosh(self) -> Tensor: return (self.exp() + (-self._float()).exp()) / 2
+  def asinh(self) -> Tensor: return (self.abs() + (self._float().square() + 1).sqrt()).log() * self.sign()
+  def acosh(self) -> Tensor: return (self + (self._float().square() - 1).sqrt()).log()
+  def atanh(self) -> Tensor: return ((1 + self._float()) / (1 - self._float())).log() / 2
+  def erf(self) -> Tensor:  # Abramowitz and Stegun 7.1.26: error below 1.5e-7
+    t = 1 / (1 + 0.3275911 * self.abs())
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return (1 - poly * (-self._float().square()).exp()) * self.sign()
+  def sign(self) -> Tensor: return (self != 0).where((self < 0).where(-1, 1), 0) + self * 0  # (+ x*0: nan stays nan)
+  def trunc(self) -> Tensor:  # a float this large is an integer already (and may not fit an int)
+    if not dtypes.is_float(self.dtype): return self
+    return (self.abs() < 2 ** 23).where(self.cast(dtypes.int32).cast(self.dtype), self)
+  def floor(self) -> Tensor: return (t := self.trunc()) - (t > self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+  def ceil(self) -> Tensor: return (t := self.trunc()) + (t < self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+  def round(self) -> Tensor:  # half to even, as numpy and torch
+    if not dtypes.is_float(self.dtype): return self
+    f = self.floor()
+    up = (self - f > 0.5) | ((self - f == 0.5) & (f - (f / 2).floor() * 2 != 0))
+    return up.where(f + 1, f)
+  def clip(self, min_=None, max_=None) -> Tensor:
+    if min_ is None and max_ is None: raise ValueError("clip needs min_ or max_")
+    x = self if min_ is None else self.maximum(min_)
+    return x if max_ is None else x.minimum(max_)
+  clamp = clip
+  def lerp(self, end:Tensor, weight) -> Tensor: return self + (end - self) * weight
+  def masked_fill(self, mask:Tensor, value) -> Tensor: return mask.where(value, self)
+  def isnan(self) -> Tensor: return self != self
+  def isinf(self, detect_positive=True, detect_negative=True) -> Tensor:
+    return (self == math.inf) & detect_positive | (self == -math.inf) & detect_negative
+  def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
+  def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor:
+    other = self._const(other)
+    near = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
+    return near | (self.isinf() | other.isinf()) & (self == other) | self.isnan() & other.isnan() & equal_nan
+  def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+  def copysign(self, other) -> Tensor:  # x's magnitude, other's sign: its sign bit, so -0.0 counts as negative
+    a, b = self._broadcast(other)
+    return ((b < 0) | (b.reciprocal() < 0)).where(-a.abs(), a.abs())
+  def fmod(self, x) -> Tensor:  # C's remainder: the dividend's sign
+    a, b = self._broadcast(x)
+    return a._like(a.uop.alu(Ops.MOD, b.uop)) if dtypes.is_int(a.dtype) else a - (a / b).trunc() * b
+  def logaddexp(self, other) -> Tensor:
+    m = self.maximum(other)
+    return m + ((self - m).exp() + (other - m).exp()).log()
+  def pow(self, x) -> Tensor:
+    """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
+    the power is odd, nan for a negative base to a non-integer power, 1 for 0^0, as C's pow."""
+    if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
+      out, base = self.ones_like(), self
+      for bit in bin(x)[:1:-1]:
+        if bit == "1": out = out * base
+        base = base * base
+      return out
+    if not dtypes.is_float(self.dtype) and not isinstance(x, Tensor) and not isinstance(x, float):
+      raise TypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
+    base, e = self._float()._broadcast(x)
+    mag = (base.abs().log2() * e).exp2()
+    whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
+    signed = (base < 0).where(whole.where(odd.where(-mag, mag), math.nan), mag)
+    return (e == 0).where(1, signed)
+  def __pow__(self, x): return self.pow(x)
+  def __rpow__(self, x): return self._const(x)._float().pow(self)
+  def eq(self, x) -> Tensor: return self == x
+  def ne(self, x) -> Tensor: return self != x
+  def mod(self, x) -> Tensor: return self % x
+  def bitwise_and(self, x) -> Tensor: return self & x
+  def bitwise_or(self, x) -> Tensor: return self | x
+  def bitwise_xor(self, x) -> Tensor: return self ^ x
+  def bitwise_not(self) -> Tensor: return ~self
+  def lshift(self, x) -> Tensor: return self << x
+  def rshift(self, x) -> Tensor: return self >> x
+  def __rand__(self, x): return self._const(x) & self
+  def __ror__(self, x): return self._const(x) | self
+  def __rxor__(self, x): return self._const(x) ^ self
+  def __rlshift__(self, x): return self._const(x) << self
+  def __rrshift__(self, x): return self._const(x) >> self
+  # in place, as assign: a += b writes a's buffer
+  def __iadd__(self, x): return self.assign(self + x)
+  def __isub__(self, x): return self.assign(self - x)
+  def __imul__(self, x): return self.assign(self * x)
+  def __itruediv__(self, x): return self.assign(self / x)
+  def __ifloordiv__(self, x): return self.assign(self // x)
+  def __imod__(self, x): return self.assign(self % x)
+  def __ipow__(self, x): return self.assign(self ** x)
+  def __imatmul__(self, x): return self.assign(self @ x)
+  def __iand__(self, x): return self.assign(self & x)
+  def __ior__(self, x): return self.assign(self | x)
+  def __ixor__(self, x): return self.assign(self ^ x)
+  def __ilshift__(self, x): return self.assign(self << x)
+  def __irshift__(self, x): return self.assign(self >> x)
+
+  # --- activations
+  def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
+  def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
+  def leaky_relu(self, neg_slope=0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
+  def elu(self, alpha=1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
+  def celu(self, alpha=1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+  def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor: return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+  def silu(self) -> Tensor: return self * self.sigmoid()
+  swish = silu
+  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
+  def softplus(self, beta=1.0) -> Tensor:  # log(1 + e^(bx)) / b, as max(bx, 0) + log(1 + e^-|bx|): no overflow
+    x = self * beta
+    return (x.relu() + (1 + (-x.abs()).exp()).log()) / beta
+  def mish(self) -> Tensor: return self * self.softplus().tanh()
+  def softsign(self) -> Tensor: return self / (1 + self.abs())
+  def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor: return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
+  def logsigmoid(self) -> Tensor: return -(-self).softplus()
 
   # --- reductions
   def _axes(self, axis) -> tuple[int, ...]:
@@ -1105,6 +1309,88 @@ class Tensor:
   def log_softmax(self, axis=-1) -> Tensor:
     m = self._float() - self.max(axis, keepdim=True)
     return m - m.exp().sum(axis, keepdim=True).log()
+  def softmin(self, axis=-1) -> Tensor: return (-self._float()).softmax(axis)
+  def logsumexp(self, axis=None, keepdim=False) -> Tensor:
+    m = self.max(axis, keepdim=True)
+    m = m.isinf().where(0, m)  # a row of -inf is -inf, not nan
+    total = (self - m).exp().sum(axis, keepdim)
+    return total.log() + m.reshape(total.shape)
+  def prod(self, axis=None, keepdim=False) -> Tensor:  # ints and bools multiply in int64, as in torch
+    x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
+    return x._reduce(Ops.MUL, axis, keepdim)
+  def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
+  def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+  def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
+    n = prod(self.shape[i] for i in self._axes(axis))
+    return (self - self.mean(axis, keepdim=True)).square().sum(axis, keepdim).div(max(0, n - correction))
+  def std(self, axis=None, keepdim=False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis=None, keepdim=False, correction=1) -> tuple[Tensor, Tensor]:
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self, axis=None, keepdim=False, correction=1) -> tuple[Tensor, Tensor]:
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+  def normalize(self, p=2.0, dim=1, eps=1e-12) -> Tensor:
+    return self / self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p).maximum(eps)
+  def argmax(self, axis=None, keepdim=False) -> Tensor:  # the first of the largest
+    if axis is None: return self.flatten().argmax(0)
+    d = self._dim(axis)
+    n = self.shape[d]
+    countdown = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *(1,) * (self.ndim - d - 1))
+    return (n - ((self == self.max(d, keepdim=True)) * countdown).max(d, keepdim)).cast(dtypes.int32)
+  def argmin(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().argmax(axis, keepdim)
+
+  # --- scans and sorting: each output from a row and a square of comparisons, as a matmul is from a row and a column
+  def _last(self, axis:int) -> tuple[Tensor, Callable[[Tensor], Tensor]]:  # axis moved last, and a way back
+    d = self._dim(axis)
+    return self.transpose(d, -1), lambda t: t.transpose(d, -1)
+  def _scan(self, op:Ops, axis:int) -> Tensor:
+    """Each element reduced with those before it along axis: a reduce of the row over a triangle. Past 256 elements, in
+    blocks of 256: each block's scan, combined with the scan of the blocks' totals before it (n*256 work, not n^2)."""
+    if not self.ndim: return self
+    (x, back), fill = self._last(axis), identity(op, self.dtype).arg
+    n, block = x.shape[-1], 256
+    if n <= block:
+      return back(Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril().where(x.unsqueeze(-2), fill)
+                  ._reduce(op, -1, False))
+    blocks = x.pad((*[None] * (x.ndim - 1), (0, -n % block)), value=fill).reshape(*x.shape[:-1], -1, block)
+    within = blocks._scan(op, -1)
+    totals = within[..., -1]._scan(op, -1).pad((*[None] * (x.ndim - 1), (1, -1)), value=fill)
+    return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
+  def _widened(self) -> Tensor: return self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
+  def cumsum(self, axis=0) -> Tensor: return self._widened()._scan(Ops.ADD, axis)
+  def cumprod(self, axis=0) -> Tensor: return self._widened()._scan(Ops.MUL, axis)
+  def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
+    """The running max, and where it was last met, as torch's."""
+    if not self.ndim: return self, Tensor(0, dtypes.int32, self.device)
+    values = self._scan(Ops.MAX, axis)
+    (x, back), (v, _) = self._last(axis), values._last(axis)
+    n = x.shape[-1]
+    steps = Tensor.arange(n, device=self.device)
+    met = (x.unsqueeze(-2) == v.unsqueeze(-1)) & (steps <= steps.unsqueeze(-1))  # [i, j]: x_j is the max up to i
+    return values, back(met.where(steps, -1).max(-1).cast(dtypes.int32))
+  def cummin(self, axis=0) -> tuple[Tensor, Tensor]:
+    values, where = self._reverse_order().cummax(axis)
+    return values._reverse_order(), where
+  def logcumsumexp(self, axis=0) -> Tensor:
+    if not self.ndim: return self
+    x, back = self._float()._last(axis)
+    m = x.cummax(-1)[0].detach().unsqueeze(-1)  # each output's running max: no exp overflows, none underflows to 0
+    tri = Tensor.ones(x.shape[-1], x.shape[-1], dtype=dtypes.bool, device=self.device).tril()
+    return back(tri.where(x.unsqueeze(-2) - m, -math.inf).exp().sum(-1).log() + m.squeeze(-1))
+  def sort(self, dim=-1, descending=False) -> tuple[Tensor, Tensor]:
+    """Sorted values and where they were: each element's place is how many come before it (equal ones in their order:
+    a stable sort), and each place takes the element whose place it is. Comparisons of every pair: n^2 work."""
+    if not self.ndim: return self, Tensor(0, dtypes.int32, self.device)
+    x, back = self._last(dim)
+    a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
+    place = ((b > a if descending else b < a) | (b == a) & (steps < steps.unsqueeze(-1))).sum(-1)
+    at = place.unsqueeze(-1) == steps  # [i, p]: element i goes to place p
+    return back(at.where(a, 0).sum(-2).cast(self.dtype)), back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32))
+  def argsort(self, dim=-1, descending=False) -> Tensor: return self.sort(dim, descending)[1]
+  def topk(self, k:int, dim=-1, largest=True, sorted_=True) -> tuple[Tensor, Tensor]:
+    d = self._dim(dim)
+    if not 0 <= k <= self.shape[d]: raise ValueError(f"topk's k={k} is out of range for dim {d} of shape {self.shape}")
+    values, where = self.sort(d, descending=largest)
+    return values._along(d, 0, k), where._along(d, 0, k)
 
   # --- movement: each one a view change, no data moves
   def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._like(self.uop.moved(*moves))
@@ -1145,7 +1431,8 @@ class Tensor:
     if not all(len(p) == 2 and all(isinstance(a, numbers.Integral) for a in p) for p in padding):
       raise ShapeError(f"padding {padding}: each dim takes a (before, after) pair of ints")
     if mode != "constant":
-      if mode not in EDGE_PADS: raise ValueError(f"pad mode {mode!r} is not one of constant, {', '.join(EDGE_PADS)}")
+      if mode not in EDGE_PADS:  # (tinygrad's error type)
+        raise NotImplementedError(f"pad mode {mode!r} is not one of constant, {', '.join(EDGE_PADS)}")
       if value != 0: raise ValueError(f"pad mode {mode!r} takes no value: only constant does")
     check_shape(tuple(s + b + a for s, (b, a) in zip(self.shape, padding)))
     grow = tuple((max(b, 0), max(a, 0)) for b, a in padding)  # pad, then crop where an amount is negative
@@ -1198,21 +1485,23 @@ class Tensor:
     x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
     return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
-    if isinstance(idx, Tensor): return self._gather_rows(idx)
-    idx = list(idx) if isinstance(idx, tuple) else [idx]
-    if any(isinstance(i, (Tensor, list, tuple)) for i in idx):
-      raise TypeError("indexing with tensors beside other indices is not supported: one int tensor, or ints, slices, "
-                      "None, ...")
+    """numpy's indexing: ints, slices, None and ... are views; int tensors (or lists) pick elements (see _pick), and a
+    bool tensor picks those where it is True (the int tensors of its True places, read back: a shape of the data)."""
+    idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else i
+           for i in (idx if isinstance(idx, tuple) else (idx,))]
+    idx = [k for i in idx for k in ([i.nonzero()[:, d] for d in range(i.ndim)] if isinstance(i, Tensor) and
+                                    i.dtype == dtypes.bool else [i])]
     ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
     if len(ellipses) > 1: raise IndexError("an index can only have one ellipsis")
     used = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if used > self.ndim: raise IndexError(f"too many indices ({used}) for a tensor of shape {self.shape}")
     at = ellipses[0] if ellipses else len(idx)
     idx[at:at+1] = [slice(None)] * (self.ndim - used)
-    x, dim, squeeze = self, 0, []
+    x, dim, squeeze, picks = self, 0, [], []
     for i in idx:
       if i is None: x = x.unsqueeze(dim); dim += 1; continue
       n = x.shape[dim]
+      if isinstance(i, Tensor): picks.append((dim, i)); dim += 1; continue
       if isinstance(i, bool) or not isinstance(i, (int, slice)): raise TypeError(f"can't index a tensor with {i!r}")
       if isinstance(i, int):
         if not -n <= i < n: raise IndexError(f"index {i} is out of bounds for dim {dim} of size {n}")
@@ -1224,21 +1513,96 @@ class Tensor:
       x = x._along(dim, *window)
       if step > 1: x = x._stride(dim, step)
       dim += 1
-    return x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze)) if squeeze else x
-  def _gather_rows(self, idx:Tensor) -> Tensor:
-    """x[idx] for an int tensor idx: (*idx.shape, *x.shape[1:]), each element of idx picking a row of x (negative ones
-    from the end) by comparing it with every row's number, as nn.Embedding does; one out of range picks none: zeros."""
-    if not dtypes.is_int(idx.dtype): raise TypeError(f"a tensor index must be of ints, not {idx.dtype.name}")
-    if not self.ndim: raise IndexError("can't index a 0-d tensor")
-    n, rest = self.shape[0], (1,) * (self.ndim - 1)
-    rows = Tensor.arange(n, device=self.device).reshape(n, *rest)
-    picked = (idx < 0).where(idx + n, idx).reshape(*idx.shape, 1, *rest) == rows
-    return picked.where(self, 0).sum(idx.ndim).cast(self.dtype)
+    if squeeze: x = x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze))
+    if not picks: return x
+    return x._pick([d - sum(1 for q in squeeze if q < d) for d, _ in picks], [i for _, i in picks])
+  def _pick(self, dims:list[int], idxs:list[Tensor]) -> Tensor:
+    """x[..., i, ..., j, ...] for int tensors i, j at dims: the tensors broadcast to one shape, which takes the dims'
+    place if they are side by side, else goes first (numpy's rule). Each index (negative ones from the end) is compared
+    with every position along its dim, and the one it equals picks the element: an index out of range picks none: 0."""
+    for i in idxs:
+      if not dtypes.is_int(i.dtype): raise IndexError(f"a tensor index must be of ints or bools, not {i.dtype.name}")
+    shape, rest = broadcast_shape(*[i.shape for i in idxs]), [d for d in range(self.ndim) if d not in dims]
+    sizes, lead = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))
+    x = self.permute(*rest, *dims).reshape(*[self.shape[d] for d in rest], *(1,) * len(shape), *sizes)
+    hit = None
+    for k, (i, n) in enumerate(zip(idxs, sizes)):
+      at = (i < 0).where(i + n, i)._expand(shape).reshape(*lead, *shape, *(1,) * len(sizes))
+      places = Tensor.arange(n, device=self.device).reshape(*lead, *(1,) * len(shape), *[n if j == k else 1 for j in range(len(sizes))])
+      hit = at == places if hit is None else hit & (at == places)
+    out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
+    r, b, at = len(rest), len(shape), dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
+    return out.permute(*range(at), *range(r, r + b), *range(at, r))
+  def __setitem__(self, idx, value):
+    """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
+    step 1) is v padded out to x's shape; any other index scatters v to the flat places it picks."""
+    picked = self[idx]
+    v = self._const(value).cast(self.dtype).expand(picked.shape)
+    if (box := self._box(idx)) is not None:
+      grow = tuple((b, n - e) for (b, e), n in zip(box, self.shape))
+      v = v.reshape(tuple(e - b for b, e in box))
+      new = Tensor.ones(*v.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(v.pad(grow), self)
+    else:
+      places = Tensor.arange(self.numel(), device=self.device).reshape(self.shape)[idx].flatten()
+      new = self.flatten().scatter(0, places, v.flatten()).reshape(self.shape)
+    self.assign(new)
+  def _box(self, idx) -> list[tuple[int, int]]|None:  # the block an index of ints and slices of step 1 picks, or None
+    idx = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
+    if not all(i is Ellipsis or isinstance(i, int) and not isinstance(i, bool) or isinstance(i, slice) and i.step in (None, 1)
+               for i in idx): return None
+    at = next((k for k, i in enumerate(idx) if i is Ellipsis), len(idx))
+    idx[at:at+1] = [slice(None)] * (self.ndim - len(idx) + (at < len(idx)))
+    return [(i % n, i % n + 1) if isinstance(i, int) else (i.indices(n)[0], max(i.indices(n)[:2])) for i, n in zip(idx, self.shape)]
+  def gather(self, dim:int, index:Tensor) -> Tensor:
+    """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
+    d = self._dim(dim)
+    if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+      raise ShapeError(f"gather's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
+    x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
+    hit = index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)
+    return hit.where(x.unsqueeze(-1).transpose(d, -1), 0).sum(-1).cast(self.dtype)
+  def _scattered(self, dim:int, index:Tensor, src:Tensor) -> tuple[Tensor, Tensor]:
+    """Where each of src's elements goes, and the elements: (*x.shape, k) for the k indices along dim."""
+    d = self._dim(dim)
+    if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d) or \
+       any(i > s for i, s in zip(index.shape, src.shape)):
+      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}, or src's {src.shape}")
+    grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
+    hit = (index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)).transpose(d, -1).pad(grow)
+    src = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+    return hit, src.unsqueeze(-1).transpose(d, -1).pad(grow)
+  def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
+    if reduce not in (None, "add", "multiply"): raise TypeError(f"scatter's reduce is None, 'add' or 'multiply', not {reduce!r}")
+    if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, self.dtype, self.device)
+    if reduce: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+    hit, vals = self._scattered(dim, index, src)
+    return hit.any(-1).where(hit.where(vals, 0).sum(-1).cast(self.dtype), self)
+  def scatter_reduce(self, dim:int, index:Tensor, src:Tensor, reduce:str, include_self=True) -> Tensor:
+    fill = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}
+    if reduce not in fill: raise RuntimeError(f"scatter_reduce's reduce is one of {', '.join(fill)}, not {reduce!r}")
+    hit, vals = self._scattered(dim, index, src)
+    own = self if include_self else hit.any(-1).where(fill[reduce], self)
+    picked = hit.where(vals, fill[reduce])
+    if reduce == "mean": return (picked.sum(-1) + own) / (hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not()))
+    combine = {"sum": lambda: picked.sum(-1) + own, "prod": lambda: picked.prod(-1) * own,
+               "amax": lambda: picked.max(-1).maximum(own), "amin": lambda: picked.min(-1).minimum(own)}
+    return combine[reduce]().cast(self.dtype)
+  def masked_select(self, mask:Tensor) -> Tensor: return self[mask._expand(broadcast_shape(self.shape, mask.shape))]
+  def nonzero(self) -> Tensor:
+    """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back."""
+    hits = [[k // stride % n for stride, n in zip(strides_for(self.shape), self.shape)]
+            for k, v in enumerate(self.flatten().tolist()) if v]
+    return Tensor(hits, dtypes.int32, self.device).reshape(len(hits), self.ndim)
   def to(self, device:str) -> Tensor:  # a copy on another device (this tensor where it is there)
     if Device.canonical(device) == self.device: return self
     out = Tensor.empty(*self.shape, dtype=self.dtype, device=device)
     out.buffer().copyin(self.buffer().copyout())
     return out
+  def to_(self, device:str) -> Tensor: return self.replace(self.to(device))
+  def replace(self, x:Tensor) -> Tensor:  # this tensor now stands for x's value
+    if x.shape != self.shape: raise ShapeError(f"can't replace a tensor of shape {self.shape} by one of {x.shape}")
+    self.uop, self.device = x.uop, x.device
+    return self
   def cat(self, *others, dim=0) -> Tensor:
     ts, d = [self, *others], self._dim(dim)
     for t in ts:
@@ -1254,9 +1618,63 @@ class Tensor:
     ts = Tensor._unpack(ts)
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
+  def view(self, *shape) -> Tensor: return self.reshape(*shape)
+  def unflatten(self, dim:int, sizes) -> Tensor:
+    d = self._dim(dim)
+    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d+1:])
+  def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim (an int: pieces of that size)
+    d = self._dim(dim)
+    n = self.shape[d]
+    if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, max(n, 1), max(sizes, 1))]
+    if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} don't add up to {n}, dim {d}'s size")
+    ends = list(itertools.accumulate(sizes))
+    return tuple(self._along(d, e - s, e) for s, e in zip(sizes, ends))
+  def chunk(self, chunks:int, dim=0) -> list[Tensor]:
+    if chunks < 1: raise ValueError(f"chunk needs chunks >= 1, got {chunks}")
+    n = self.shape[self._dim(dim)]
+    return list(self.split(cdiv(n, chunks) if n else [0] * chunks, dim))
+  def repeat(self, *repeats) -> Tensor:  # the whole tensor tiled repeats[i] times along dim i
+    repeats = Tensor._unpack(repeats)
+    if len(repeats) < self.ndim: raise ShapeError(f"repeat {repeats} has fewer dims than shape {self.shape}")
+    shape = (1,) * (len(repeats) - self.ndim) + self.shape
+    x = self.reshape([v for s in shape for v in (1, s)]).expand([v for r, s in zip(repeats, shape) for v in (r, s)])
+    return x.reshape([r * s for r, s in zip(repeats, shape)])
+  def repeat_interleave(self, repeats:int, dim=None) -> Tensor:  # each element repeats times in a row
+    x, d = (self.flatten(), 0) if dim is None else (self, self._dim(dim))
+    return x.unsqueeze(d + 1).expand(*x.shape[:d+1], repeats, *x.shape[d+1:]).flatten(d, d + 1)
+  def roll(self, shifts, dims=None) -> Tensor:
+    if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
+    shifts, dims = [v if isinstance(v, (tuple, list)) else (v,) for v in (shifts, dims)]
+    if len(shifts) != len(dims): raise ShapeError(f"roll has {len(shifts)} shifts for {len(dims)} dims")
+    x = self
+    for shift, dim in zip(shifts, dims):
+      d = self._dim(dim)
+      if n := x.shape[d]: x = x._along(d, n - shift % n, n).cat(x._along(d, 0, n - shift % n), dim=d)
+    return x
+  def unfold(self, dim:int, size:int, step:int) -> Tensor:  # dim becomes its windows of size, step apart; size goes last
+    d = self._dim(dim)
+    if size < 0 or step <= 0 or size > self.shape[d]:
+      raise ShapeError(f"unfold of dim {d} (size {self.shape[d]}) needs 0 <= size <= it and step > 0: size={size}, step={step}")
+    return self.transpose(d, -1)._pool((size,), step).transpose(d, -2)
+  def diagonal(self, offset=0, dim1=0, dim2=1) -> Tensor:
+    d1, d2 = self._dim(dim1), self._dim(dim2)
+    if d1 == d2: raise ShapeError(f"diagonal needs two different dims, got {dim1} and {dim2}")
+    x = self.permute(*[i for i in range(self.ndim) if i not in (d1, d2)], d1, d2)
+    x = x[..., max(-offset, 0):, max(offset, 0):]
+    n = min(x.shape[-2:])
+    return x[..., :n, :n].flatten(-2).pad((0, n)).unflatten(-1, (n, n + 1))[..., 0]  # every (n+1)th: (k, k)
+  def diag(self) -> Tensor:  # a vector's square matrix with it on the diagonal
+    if self.ndim != 1: raise ShapeError(f"diag needs a 1-d tensor, got shape {self.shape}")
+    n = self.shape[0]
+    return self.unsqueeze(-1).pad((0, n)).flatten()[:n * n].reshape(n, n)
+  def pad_to(self, *shape, value=0.0) -> Tensor:  # padded after, to shape (None: as it is)
+    shape = Tensor._unpack(shape)
+    return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
+  def shrink_to(self, *shape) -> Tensor: return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as any node)
 
   # --- composites
   def dot(self, w:Tensor) -> Tensor:
@@ -1284,28 +1702,196 @@ class Tensor:
     x = (self - mean.reshape(shape)) * invstd.reshape(shape)
     if weight is not None: x = x * weight.reshape(shape)
     return x if bias is None else x + bias.reshape(shape)
+  def _pool(self, kernel:tuple[int, ...], stride=1, dilation=1) -> Tensor:
+    """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, a strided view of
+    the input for each kernel position, stacked."""
+    dims = len(kernel)
+    stride, dilation = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation)]
+    size = self.shape[-dims:]
+    out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(size, kernel, stride, dilation)]
+    if any(v <= 0 for v in out): raise ShapeError(f"a kernel {tuple(kernel)} is larger than the (padded) input {size}")
+    def window(at:tuple[int, ...]) -> Tensor:  # what kernel position `at` meets, at each output position
+      return self[(..., *[slice(p * d, p * d + s * (v - 1) + 1, s) for p, d, s, v in zip(at, dilation, stride, out)])]
+    windows = [window(at) for at in itertools.product(*map(range, kernel))]
+    return Tensor.stack(*windows, dim=-1).reshape(*self.shape[:-dims], *out, *kernel)
+  def _pads(self, padding, dims:int) -> tuple:  # an amount for each spatial dim, or torch's flat pairs, as pad takes
+    if isinstance(padding, int): padding = (padding,) * dims
+    return (*[None] * (self.ndim - dims), *[(p, p) for p in padding]) if len(padding) == dims else tuple(padding)
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
     """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
-    the input padded, a strided view of it for each kernel position, stacked, multiplied by the weights and summed over
-    channels and positions: one reduce, as a matmul is."""
+    the input padded, its windows (_pool), multiplied by the weights and summed over channels and kernel positions:
+    one reduce, as a matmul is."""
     (n, c, *size), (o, per_group, *kernel) = self.shape, weight.shape
     if self.ndim != weight.ndim or self.ndim < 3 or c != per_group * groups or o % groups:
       raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
-    dims = len(size)
-    stride, dilation = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation)]
-    if isinstance(padding, int): padding = (padding,) * dims
-    # an amount for each spatial dim, or (before, after) pairs flat in torch's order, the last dim's first, as pad takes
-    x = self.pad((None, None, *[(p, p) for p in padding]) if len(padding) == dims else tuple(padding))
-    out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(dims)]
-    if any(v <= 0 for v in out): raise ShapeError(f"conv2d's kernel {tuple(kernel)} is larger than the padded input")
-    def window(at:tuple[int, ...]) -> Tensor:  # what kernel position `at` meets, at each output position
-      return x[(slice(None), slice(None), *[slice(p * d, p * d + s * (v - 1) + 1, s)
-                                            for p, d, s, v in zip(at, dilation, stride, out)])]
-    windows = [window(at) for at in itertools.product(*map(range, kernel))]
-    cols = Tensor.stack(*windows, dim=2).reshape(n, groups, 1, per_group, prod(kernel), *out)
-    w = weight.reshape(1, groups, o // groups, per_group, prod(kernel), *(1,) * dims)
-    y = (cols * w).sum((3, 4)).reshape(n, o, *out)
-    return y if bias is None else y + bias.reshape(1, o, *(1,) * dims)
+    cols = self.pad(self._pads(padding, len(size)))._pool(tuple(kernel), stride, dilation)
+    out = cols.shape[2:2 + len(size)]
+    cols = cols.reshape(n, groups, 1, per_group, *out, prod(kernel))
+    w = weight.reshape(1, groups, o // groups, per_group, *(1,) * len(size), prod(kernel))
+    y = (cols * w).sum((3, -1)).reshape(n, o, *out)
+    return y if bias is None else y + bias.reshape(1, o, *(1,) * len(size))
+  def conv_transpose2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0,
+                       output_padding=0) -> Tensor:
+    """The gradient of conv2d with respect to its input: the input spread stride apart, padded by what the kernel
+    overhangs, convolved with the kernel flipped, its in and out channels swapped. weight is (C, O/groups, *kernel)."""
+    (c, per_group, *kernel), dims = weight.shape, weight.ndim - 2
+    stride, dilation, output_padding = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation, output_padding)]
+    padding = [(p, p) for p in ((padding,) * dims if isinstance(padding, int) else padding)]
+    x = self
+    for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
+      d, k = 2 + i, x.shape[2 + i]
+      x = x.unsqueeze(d + 1).pad((*[None] * (d + 1), (0, s - 1), *[None] * (x.ndim - d - 1))).flatten(d, d + 1)[
+          (*[slice(None)] * d, slice(0, k * s - (s - 1)))]
+    w = weight.reshape(groups, c // groups, per_group, *kernel).transpose(1, 2).flip(tuple(range(3, 3 + dims)))
+    pads = [((k - 1) * d - b, (k - 1) * d - a + op) for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
+    return x.conv2d(w.reshape(groups * per_group, c // groups, *kernel), bias, groups, 1, dilation,
+                    [v for p in reversed(pads) for v in p])
+  def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> tuple[tuple, tuple, tuple, list, list]:
+    """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
+    each dim: enough for one more window where the last would start inside the input or its padding before."""
+    kernel = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+    dims = len(kernel)
+    stride = kernel if stride is None else (stride,) * dims if isinstance(stride, int) else tuple(stride)
+    dilation = (dilation,) * dims if isinstance(dilation, int) else tuple(dilation)
+    pads = [tuple(p) for p in self._pads(padding, dims)[-dims:]]
+    extra = [0] * dims
+    for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
+      span, out = n + b + a - d * (k - 1) - 1, (n + b + a - d * (k - 1) - 1) // s + 1
+      if ceil_mode and span % s and (out * s < n + b): extra[i] = s - span % s
+    return kernel, stride, dilation, pads, extra
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+    kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
+    grow = (*[None] * (self.ndim - len(kernel)), *[(b, a + e) for (b, a), e in zip(pads, extra)])
+    low = dtypes.min(self.dtype)
+    windows = self.pad(grow, value=low)._pool(kernel, stride, dilation)
+    axes = tuple(range(-len(kernel), 0))
+    if not return_indices: return windows.max(axes)
+    size = prod(self.shape[-len(kernel):])  # each input place's flat number, counted down: the max's first is largest
+    countdown = Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(kernel):]).pad(grow[-len(kernel):])
+    hit = windows == windows.max(axes, keepdim=True)
+    return windows.max(axes), (size - (hit * countdown._pool(kernel, stride, dilation)).max(axes)).cast(dtypes.int64)
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
+    kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
+    lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
+    after = [(0, e) for e in extra]
+    sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
+    ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
+    counted = ones.pad([(b, a) for b, a in pads], value=1.0 if count_include_pad else 0.0) if any(map(any, pads)) else ones
+    return sums / counted.pad(after)._pool(kernel, stride, dilation).sum(axes)
+  def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
+    """Each value put back at its index (max_pool2d's) in an output of zeros."""
+    n, c, *size = self.shape
+    if output_size is None:
+      kernel, stride, dilation, pads, _ = self._pooling(kernel_size, stride, dilation, padding, False)
+      output_size = [(i - 1) * s - b - a + d * (k - 1) + 1 for i, k, s, d, (b, a) in zip(size, kernel, stride, dilation, pads)]
+    output_size = tuple(output_size)[-len(size):]
+    hit = indices.reshape(n, c, -1, 1) == Tensor.arange(prod(output_size), device=self.device)
+    return hit.where(self.reshape(n, c, -1, 1), 0).sum(2).reshape(n, c, *output_size).cast(self.dtype)
+  def interpolate(self, size, mode="linear", align_corners=False) -> Tensor:
+    """The last len(size) dims resized, as torch's interpolate: "linear" (bilinear, trilinear: one dim at a time) by
+    lerping the two nearest inputs, "nearest" and "nearest-exact" by picking one."""
+    if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate's mode {mode!r} is not linear, nearest or nearest-exact")
+    x = self._float() if mode == "linear" else self
+    for d, new in zip(range(self.ndim - len(size), self.ndim), size):
+      n, at = x.shape[d], Tensor.arange(new, dtype=dtypes.float, device=self.device)
+      near = (slice(None),) * d
+      if mode == "linear":
+        pos = at * ((n - 1) / (new - 1) if new > 1 else 0) if align_corners else ((at + 0.5) * (n / new) - 0.5).maximum(0)
+        low = pos.floor().minimum(n - 1)
+        frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
+        x = x[(*near, low.int())].lerp(x[(*near, (low + 1).minimum(n - 1).int())], frac)
+      else: x = x[(*near, ((at + 0.5 if mode == "nearest-exact" else at) * (n / new)).int().minimum(n - 1))]
+    return x.cast(self.dtype)
+  def scaled_dot_product_attention(self, key:Tensor, value:Tensor, attn_mask:Tensor|None=None, dropout_p=0.0,
+                                   is_causal=False, enable_gqa=False) -> Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps where True, is_causal keeps each query's past and itself;
+    enable_gqa repeats the key and value heads for groups of query heads."""
+    if enable_gqa:
+      key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
+    scores = self @ key.transpose(-2, -1) / math.sqrt(self.shape[-1])
+    if is_causal:
+      if attn_mask is not None: raise ValueError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+      attn_mask = Tensor.ones(*scores.shape[-2:], dtype=dtypes.bool, device=self.device).tril()
+    if attn_mask is not None: scores = scores + (attn_mask.where(0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
+    return scores.softmax(-1).dropout(dropout_p) @ value
+  @staticmethod
+  def einsum(formula:str, *operands, dtype=None) -> Tensor:
+    """Sums of products named by letters, as numpy's einsum ("ij,jk->ik" is a matmul): each operand's dims laid out
+    on all the letters (a letter it lacks is a dim of 1), multiplied, and the letters not in the output summed."""
+    ts = list(Tensor._unpack(operands))
+    lhs, arrow, out = formula.replace(" ", "").partition("->")
+    names = lhs.split(",")
+    if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
+    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula)  # letters for the dims "..." stands for
+    most = max(t.ndim - len(n) + 3 for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
+    ellipsis = "".join(next(spare) for _ in range(most))
+    names = [n.replace("...", ellipsis[most - (t.ndim - len(n) + 3):]) for t, n in zip(ts, names)]
+    if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names)) if "".join(names).count(c) == 1 and c not in ellipsis))
+    out = out.replace("...", ellipsis)
+    letters = out + "".join(dict.fromkeys(c for c in "".join(names) if c not in out))
+    for t, n in zip(ts, names):
+      if len(n) != t.ndim or len(set(n)) != len(n): raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape} once")
+    laid = [t.permute(*sorted(range(t.ndim), key=lambda i: letters.index(n[i])))
+             .reshape(*[t.shape[n.index(c)] if c in n else 1 for c in letters]) for t, n in zip(ts, names)]
+    total = functools.reduce(Tensor.mul, laid)
+    return total.sum(tuple(range(len(out), len(letters)))).reshape(total.shape[:len(out)]).cast(dtype or total.dtype) \
+      if len(letters) > len(out) else total.cast(dtype or total.dtype)
+  def rearrange(self, formula:str, **sizes) -> Tensor:
+    """einops' rearrange: "b (h w) c -> b h w c", h=2: names for the dims (a group in parentheses is one dim of their
+    product), moved to the right side's order and grouped as it says."""
+    def side(text:str) -> list[list[str]]:  # the names of each dim: one, or a group's ("1": none)
+      groups, group = [], None
+      for tok in text.replace("(", " ( ").replace(")", " ) ").split():
+        if tok == "(": group = []
+        elif tok == ")": groups.append(group); group = None
+        elif group is not None: group.append(tok)
+        else: groups.append([] if tok == "1" else [tok])
+      return groups
+    left, right = formula.split("->")
+    extra = self.ndim - len(side(left)) + 1 if "..." in left else 0  # the dims "..." stands for, named _0, _1, ...
+    lhs, rhs = [side(t.replace("...", " ".join(f"_{k}" for k in range(extra)))) for t in (left, right)]
+    if len(lhs) != self.ndim: raise ShapeError(f"rearrange {formula!r} names {len(lhs)} dims for shape {self.shape}")
+    if sorted(n for g in lhs for n in g) != sorted(n for g in rhs for n in g):
+      raise ValueError(f"rearrange {formula!r}: each side must name the same dims")
+    found = dict(sizes)
+    for g, n in zip(lhs, self.shape):
+      known = prod(found[name] for name in g if name in found)
+      for name in g:
+        if name not in found: found[name] = n // known
+    names = [name for g in lhs for name in g]
+    x = self.reshape(*[found[name] for name in names])
+    x = x.permute(*[names.index(name) for g in rhs for name in g])
+    return x.reshape(*[prod(found[name] for name in g) for g in rhs])
+  def sequential(self, layers:list[Callable]) -> Tensor: return functools.reduce(lambda x, f: f(x), layers, self)
+
+  # --- losses: reduction is "mean", "sum" or "none"
+  def _reduction(self, reduction:str) -> Tensor:
+    if reduction not in ("mean", "sum", "none"): raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
+    return self.mean() if reduction == "mean" else self.sum() if reduction == "sum" else self
+  def cross_entropy(self, Y:Tensor, reduction="mean", label_smoothing=0.0) -> Tensor:
+    """Logits (N, C, ...) or (C,) against class indices, or probabilities of the logits' shape."""
+    if not 0 <= label_smoothing <= 1: raise ValueError(f"label_smoothing={label_smoothing} is not in [0, 1]")
+    classes = 0 if self.ndim == 1 else 1
+    if Y.shape != self.shape:
+      n = self.shape[classes]
+      Y = Y.unsqueeze(classes) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - classes - 1))
+    Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
+    return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
+  def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
+    w = Y.ones_like(dtypes.float) if weight is None else weight[Y]
+    if ignore_index is not None: w = w * (Y != ignore_index)
+    loss = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * w
+    return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
+  def sparse_categorical_crossentropy(self, Y:Tensor, ignore_index=-1, label_smoothing=0.0, reduction="mean") -> Tensor:
+    """Logits (..., C) against class indices (...), ignore_index's not counted."""
+    logp, keep = self.log_softmax(-1), (Y != ignore_index)
+    picked = (logp * (Y.unsqueeze(-1) == Tensor.arange(self.shape[-1], device=self.device))).sum(-1)
+    loss = -((1 - label_smoothing) * picked + label_smoothing * logp.mean(-1)) * keep
+    return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
+  def binary_crossentropy(self, Y:Tensor, reduction="mean") -> Tensor:
+    return (-Y * self.log() - (1 - Y) * (1 - self).log())._reduction(reduction)
+  def binary_crossentropy_logits(self, Y:Tensor, reduction="mean", pos_weight:Tensor|None=None) -> Tensor:
+    return (-((1 if pos_weight is None else pos_weight) * Y * self.logsigmoid() + (1 - Y) * (-self).logsigmoid()))._reduction(reduction)
 
   # --- gradients: the rules and the walk are the next section
   @property
@@ -1320,18 +1906,18 @@ class Tensor:
       trainable_nodes.add(_lasting(self.uop))
     else: Tensor._trainable.pop(id(self), None)
   def gradient(self, *targets:Tensor, gradient:Tensor|None=None, materialize_grads=False) -> list[Tensor]:
-    """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. A
-    target it doesn't depend on through float ops raises, naming what stopped it, unless materialize_grads: zeros."""
+    """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. One
+    it doesn't depend on, or only through a comparison, is zeros; one it reaches only through ints (a cast to int and
+    back) raises, naming the op that stopped it, unless materialize_grads: zeros."""
     for t in targets:
       if not dtypes.is_float(t.dtype):
         raise TypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
     nodes = [_grad_node(t.uop) for t in targets]
     grads, stops = gradients(self, self._start(gradient), nodes)
     for t, node in zip(targets, nodes):
-      if node not in grads and not materialize_grads:
-        why = f"it reaches it only through ops that pass no gradient there ({', '.join(sorted(stops))})" if stops \
-              else "it doesn't depend on it"
-        raise RuntimeError(f"no gradient of {self!r} with respect to {t!r}: {why}")
+      if node not in grads and stops and not materialize_grads:
+        raise RuntimeError(f"no gradient of {self!r} with respect to {t!r}: it reaches it only through ops that pass "
+                           f"no gradient there ({', '.join(sorted(stops))})")
     return [grads[node] if node in grads else t.zeros_like() for t, node in zip(targets, nodes)]
   def backward(self, gradient:Tensor|None=None) -> Tensor:
     """Adds the gradients of this tensor (a scalar, or weighted by gradient) to .grad of each tensor that requires grad
@@ -1408,6 +1994,7 @@ class Tensor:
   def item(self):
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.reshape(()).tolist()
+  def data(self) -> memoryview: return memoryview(self.buffer().copyout()).cast(self.dtype.fmt, self.shape)
   def numpy(self):
     import numpy as np
     return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
@@ -1437,9 +2024,15 @@ derivatives: dict[Ops, Callable] = {
 }
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
-  """A sum passes g to every element it adds; a max to the elements equal to it, split evenly among ties."""
+  """A sum passes g to every element it adds; a product, g times the product of the others (y / x, or where x is 0,
+  the product of the rest if it is the only 0); a max, g to the elements equal to it, split evenly among ties."""
   op, axes = y.uop.arg
   if op is Ops.ADD: return g.expand(x.shape)
+  if op is Ops.MUL:
+    zero = x == 0
+    rest = zero.where(1, x)._reduce_axis(Ops.MUL, axes)  # the product of the nonzero elements
+    alone = (zero.sum(axes, keepdim=True) == 1).where(rest, 0)
+    return g.expand(x.shape) * zero.where(alone.expand(x.shape), y.expand(x.shape) / x)
   hit = (x == y.expand(x.shape)).cast(g.dtype)
   return hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape)
 
@@ -1488,8 +2081,7 @@ def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
 
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
-  from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source, a WHERE's
-  condition)."""
+  from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
   order = _grad_order(root.uop)
   leads = set(targets)  # the nodes some target is reached through
   for u, sources in order.items():
@@ -1503,7 +2095,8 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
     else: partials = rule(g, tensor(u), *map(tensor, sources))
     for s, d in zip(sources, partials):
       if s not in leads: continue
-      if d is None or not dtypes.is_float(s.dtype): stops.add(u.op.name); continue
+      if d is None: continue  # (a where's condition: its gradient is 0)
+      if not dtypes.is_float(s.dtype): stops.add(u.op.name); continue
       grads[s] = grads[s] + d if s in grads else d
   return {t: grads[t] for t in targets if t in grads}, stops
 
@@ -2006,37 +2599,51 @@ def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.
 def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
   return max(1, prod(c.shape) // max(1, prod(u.shape))) if c.op is Ops.VIEW and _expands(c.arg) else 1
 
-def kernel_inputs(sink:UOp, realize:dict[UOp, str]) -> dict[UOp, list[UOp]]:
-  """For each stored node, in the order they are made, the stored nodes its kernel reads."""
-  reads: dict[UOp, list[UOp]] = {}
+def kernel_inputs(sink:UOp, realize:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]]:
+  """For each stored node, in the order they are made, the stored nodes and the buffers its kernel reads, each with
+  whether it reads them only element by element, where they are written (see _in_place)."""
+  reads: dict[UOp, dict[UOp, bool]] = {}
   for r in (u for u in sink.toposort if u in realize):
-    reads[r], stack, seen = [], list(r.src), set()
+    reads[r], stack, seen = {}, [(s, _in_place(r)) for s in r.src], set()
     while stack:
-      u = stack.pop()
-      if u in seen: continue
-      seen.add(u)
-      if u in realize: reads[r].append(u)
-      else: stack.extend(u.src)
+      u, aligned = item = stack.pop()
+      if item in seen: continue
+      seen.add(item)
+      if u in realize or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
+      else: stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return reads
 
-def group_outputs(reads:dict[UOp, list[UOp]], has_reduce:dict[UOp, bool]) -> list[list[UOp]]:
-  """Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores), where
-  neither reads the other and the kernel runs after all they read."""
+def _in_place(u:UOp) -> bool:  # u reads each source where it is: not a reduce, nor a view that moves (a whole buffer's)
+  return u.op is not Ops.REDUCE_AXIS and (u.op is not Ops.VIEW or _whole_buffer(u))
+
+def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) -> list[list[UOp]]:
+  """Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores). One
+  that reads another only where it is written computes it in the kernel that stores it, from the same loads (an Adam
+  step's m, v and the parameter they update: one kernel). The list is the order the kernels run in: each after every
+  kernel whose outputs it reads, so a group joined moves after what its new output reads, where nothing between
+  reads the group."""
   groups: list[list[UOp]] = []
-  for r in reads:  # a group's kernel runs where the group was started: r joins one started after all it reads
-    ready = max((i for i, g in enumerate(groups) if any(d in g for d in reads[r])), default=-1)
-    joinable = [g for g in groups[ready + 1:]
-                if not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g)]
-    if has_reduce[r] or r.op is Ops.CONTIGUOUS or not joinable: groups.append([r])
-    else: joinable[0].append(r)
+  for r, read in reads.items():
+    where = [i for i, g in enumerate(groups) if any(d in read for d in g)]
+    ready = max(where, default=-1)
+    def fits(i:int) -> bool:  # one iteration space, no reduce: what it reads of its outputs (or of an assign's buffer)
+      g = groups[i] + [r]     # read only where it is written; and no kernel between the group and r reads the group
+      written = {o.src[0].src[0] for o in g if o.op is Ops.ASSIGN}
+      return not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g) and \
+             all(aligned for o in g for d, aligned in reads[o].items() if d in g or d in written) and \
+             not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)
+    if has_reduce[r] or r.op is Ops.CONTIGUOUS or (i := next(filter(fits, where + list(range(len(groups)))), None)) is None:
+      groups.append([r])
+    else:
+      groups.insert(j := max(i, ready), groups.pop(i))
+      groups[j].append(r)
   return groups
 
 def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str]) -> Kernel:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
-  stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o.src[1] if o.op is Ops.ASSIGN else o, ctx)))
-                 for p, o in zip(params, outs))
+  stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
   return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs},
                 ",".join(dict.fromkeys(why[o] for o in outs)))
 
@@ -2066,6 +2673,7 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
     elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # an input's view
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
     elif todo: stack.extend(todo)
+    elif u.op is Ops.ASSIGN: ctx.memo[u] = ctx.memo[u.src[1]]  # its value, stored into its target's buffer
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
 
@@ -2153,7 +2761,7 @@ def new_range(size:int, kind:AxisType) -> UOp:  # (of size 1: the constant 0, wh
     else UOp.const(dtypes.index, 0)
 
 def identity(op:Ops, dtype:DType) -> UOp:
-  return UOp.const(dtype, 0 if op is Ops.ADD else dtypes.limits(dtype.scalar)[0])  # x+0 = x, max(x, min) = x
+  return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1}.get(op, dtypes.limits(dtype.scalar)[0]))  # x+0, x*1, max(x, min): x
 
 def rangeify(ast:UOp) -> UOp:
   """A kernel AST's STORE(buf, value) becomes STORE(buf, addr, value at the output's ranges)."""
