@@ -397,7 +397,7 @@ class Program:
   name: str
   shapes: list[tuple]
   fn: Callable
-  baseline: Callable  # tensors -> the steps tiny times instead: each a tensor, or a function of the last result
+  baseline: Callable|None  # tensors -> the steps tiny times instead: each a tensor, or a function of the last result
   stepwise: Callable  # the program one op at a time: what the results are checked against
 
 PROGRAMS = [
@@ -405,6 +405,17 @@ PROGRAMS = [
           lambda x, w: [x.exp(), lambda e: e @ w], lambda x, w: x.exp().realize() @ w),
   Program("MLP fwd, vs its matmuls", [(256, 784), (784, 512), (512, 512), (512, 10)], mlp,
           lambda x, w1, w2, w3: [x @ w1, lambda h: h @ w2, lambda h: h @ w3], mlp_stepwise),
+]
+
+# Composites tiny builds from its primitives, beside the peers' kernels: a convolution's windows summed (one reduce),
+# rows picked by an index (compares with an arange, summed: a pick once lowered), a scan in blocks. No baseline.
+def conv(x, w):  # (torch spells it as a function)
+  return x.conv2d(w, padding=1) if hasattr(x, "conv2d") else sys.modules["torch"].nn.functional.conv2d(x, w, padding=1)
+COMPOSITES = [
+  Program("conv2d 3x3, 32->64 channels", [(32, 32, 32, 32), (64, 32, 3, 3)], conv, None, conv),
+  Program("x[idx]: 4096 rows of 50000", [(50000, 256), (4096,)], lambda w, r: w[(r * 50000).int()], None,
+          lambda w, r: w[(r * 50000).int()]),
+  Program("cumsum", [(10**6,)], lambda x: x.cumsum(0), None, lambda x: x.cumsum(0)),
 ]
 
 def program_row(prog:Program, dev:str, peers:list[Peer], reps:int, budget:float) -> dict:
@@ -416,12 +427,12 @@ def program_row(prog:Program, dev:str, peers:list[Peer], reps:int, budget:float)
     for step in steps: out = (step(out) if callable(step) else step).realize()
     Device[dev].runtime.synchronize()
     return time.perf_counter() - start, out
-  makers = {"tiny": lambda: lambda: timed([prog.fn(*ins)]),
-            "baseline": lambda: lambda: (timed(prog.baseline(*ins))[0], checked)}  # (the matmuls alone: no result)
+  makers = {"tiny": lambda: lambda: timed([prog.fn(*ins)])}
+  if prog.baseline: makers["baseline"] = lambda: lambda: (timed(prog.baseline(*ins))[0], checked)  # (no result)
   arrays = [t.numpy() for t in ins] if peers else []
   makers |= {p.name: functools.partial(peer, p, prog.fn, arrays) for p in peers if p.name != "numpy"}
   r = measure(makers, want, reps, budget)
-  tiny, base = r["tiny"], r["baseline"]
+  tiny, base = r["tiny"], r.get("baseline", "—")
   return {"name": prog.name, "size": "x".join(map(str, prog.shapes[0])), "shape": prog.shapes[0], "bytes": 0,
           "flops": 0, "tiny": tiny, "baseline": base, "seconds": {p.name: "—" for p in peers} | r,
           "gb_per_s": None, "gflop_per_s": None, "pct_peak": None, "python_seconds": None,
@@ -589,7 +600,7 @@ def main():
     progress(f"[{i+1}/{len(rows)}] {row.name} {row.size}")
     results.append(summary(row, bench(row, dev, peers, reps, budget), peak))
   if not args.quick:
-    for prog in PROGRAMS:
+    for prog in PROGRAMS + COMPOSITES:
       progress(prog.name)
       results.append(program_row(prog, dev, peers, reps, budget))
   progress("a training step, each library in its own process")

@@ -65,6 +65,10 @@ class DType:
   def vec(self, n:int) -> DType: return replace(self, itemsize=self.itemsize*n, name=f"{self.name}{n}", count=n)
   @property
   def scalar(self) -> DType: return self if self.count == 1 else dtypes.by_fmt[self.fmt]
+  @property
+  def min(self): return dtypes.min(self)
+  @property
+  def max(self): return dtypes.max(self)
   def __repr__(self): return f"dtypes.{self.name}"
 
 class dtypes:
@@ -513,12 +517,17 @@ xi, yi = UPat.var("x", ints), UPat.var("y", ints)
 xidx = UPat.var("x", dtypes.index)  # only index math is sure not to wrap: user ints wrap as the machine's do
 
 def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
-  """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides."""
+  """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides, and the part c
+  divides of a term with a larger factor (a*(c+1) = a*c + a: a window's row, j*(n+d), read mod n)."""
   if c.arg <= 0 or x.vmin < 0: return None
   if op is Ops.MOD and x.vmax < c.arg: return x
-  whole = [t for t in x.terms() if t.const_factor() % c.arg == 0]
+  terms = []
+  for t in x.terms():
+    f = t.const_factor()
+    terms += [exact_div(t, f) * (f - f % c.arg), exact_div(t, f) * (f % c.arg)] if f > c.arg and f % c.arg else [t]
+  whole = [t for t in terms if t.const_factor() % c.arg == 0]
   if not whole: return None
-  rest = [t for t in x.terms() if t.const_factor() % c.arg != 0]
+  rest = [t for t in terms if t.const_factor() % c.arg != 0]
   rem = functools.reduce(operator.add, rest) if rest else x.const_like(0)
   if rem.vmin < 0: return None
   if op is Ops.MOD: return rem % c.arg
@@ -732,6 +741,9 @@ class ShapeTracker:
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
+class DTypeError(TypeError, RuntimeError):  # a dtype an op doesn't take: Python's error type and tinygrad's
+  pass
+
 class ShapeError(ValueError, RuntimeError):
   """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
   raise, so that handlers written for either catch it."""
@@ -801,6 +813,15 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
   "circular": (lambda s: s,  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
                lambda x, d, s, b, a: (x._along(d, s - b, s), x._along(d, 0, a))),
 }
+
+def creates(fn:Callable) -> Callable:
+  """A method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
+  @functools.wraps(fn)
+  def made(*args, requires_grad:bool|None=None, **kwargs) -> Tensor:
+    t = fn(*args, **kwargs)
+    if requires_grad is not None: t.requires_grad = requires_grad
+    return t
+  return made
 
 class Tensor:
   _seed, _counter = 0, 0
@@ -881,14 +902,18 @@ class Tensor:
   def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   @staticmethod
+  @creates
   def full(shape, value, dtype=None, device=None) -> Tensor:
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @staticmethod
+  @creates
   def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
   @staticmethod
+  @creates
   def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
   @staticmethod
+  @creates
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
     buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
@@ -903,12 +928,16 @@ class Tensor:
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @staticmethod
+  @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
     rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
     return (rows == cols).cast(dtype or dtypes.float)
+  @creates
   def full_like(self, value, dtype=None) -> Tensor:
     return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
+  @creates
   def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
+  @creates
   def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
   @staticmethod
   def const(value, dtype=None) -> Tensor: return Tensor(value, dtype)
@@ -917,21 +946,23 @@ class Tensor:
     return Tensor.empty(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
   @staticmethod
   def linspace(start, stop, steps:int, dtype=None, device=None) -> Tensor:
-    if steps < 0: raise ValueError(f"linspace needs steps >= 0, got {steps}")
+    if steps < 0 or dtype in (dtypes.bool, "bool"):
+      raise ValueError(f"linspace needs steps >= 0 and no bool dtype, got {steps}, {dtype}")
     step = (stop - start) / (steps - 1) if steps > 1 else 0
     return (Tensor.arange(steps, device=device) * step + start).cast(dtype or dtypes.float)
   def _tri(self, diagonal:int, lower:bool) -> Tensor:  # the last two dims' triangle, on and below (or above) a diagonal
     if self.ndim < 2: raise ShapeError(f"tril and triu need a tensor of at least 2 dims, got shape {self.shape}")
-    rows, cols = Tensor.arange(self.shape[-2], device=self.device).unsqueeze(-1), Tensor.arange(self.shape[-1], device=self.device)
+    rows, cols = (Tensor.arange(self.shape[-2], device=self.device).unsqueeze(-1),
+                  Tensor.arange(self.shape[-1], device=self.device))
     return ((cols <= rows + diagonal) if lower else (cols >= rows + diagonal)).where(self, self.zeros_like())
   def tril(self, diagonal:int=0) -> Tensor: return self._tri(diagonal, lower=True)
   def triu(self, diagonal:int=0) -> Tensor: return self._tri(diagonal, lower=False)
-  def one_hot(self, num_classes:int=-1) -> Tensor:
-    if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype.name}")
-    if num_classes == -1: num_classes = self.max().item() + 1
+  def one_hot(self, num_classes:int) -> Tensor:
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs an int tensor, got {self.dtype.name}")
+    if num_classes < 0: raise ValueError(f"one_hot needs num_classes >= 0, got {num_classes}")
     return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0)
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
+    if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
     shape = tuple(t.numel() for t in ts)
     if indexing == "xy" and len(ts) > 1: shape = (shape[1], shape[0], *shape[2:])
@@ -961,46 +992,58 @@ class Tensor:
     if capturing.now is not None: capturing.now.data.append(Place(start, buf))
     return t
   @staticmethod
+  @creates
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
     return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
   @staticmethod
+  @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.float)
   @staticmethod
+  @creates
   def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
   @staticmethod
+  @creates
   def glorot_uniform(*shape, dtype=None, device=None) -> Tensor:  # Glorot and Bengio: fan in and fan out
     shape = Tensor._unpack(shape)
     bound = math.sqrt(6 / (shape[0] + prod(shape[1:])))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
   @staticmethod
+  @creates
   def randn(*shape, dtype=None, device=None) -> Tensor:
     shape = Tensor._unpack(shape)
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
     return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
 
+  @creates
   def rand_like(self, dtype=None, device=None) -> Tensor:
     return Tensor.rand(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
+  @creates
   def randn_like(self, dtype=None, device=None) -> Tensor:
     return Tensor.randn(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
   @staticmethod
+  @creates
   def normal(*shape, mean=0.0, std=1.0, dtype=None, device=None) -> Tensor:
     if std < 0: raise ValueError(f"normal needs std >= 0, got {std}")
     return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.float)
   @staticmethod
   def randint(*shape, low=0, high=10, dtype=dtypes.int32, device=None) -> Tensor:
-    if not all(isinstance(v, int) for v in (low, high)): raise TypeError(f"randint's low={low} and high={high} are ints")
+    if not all(isinstance(v, int) for v in (low, high)):
+      raise TypeError(f"randint's low={low} and high={high} are ints")
     if low >= high: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
     return ((Tensor.rand(*shape, device=device) * (high - low)).cast(dtypes.int64) + low).cast(dtype)  # (floor: >= 0)
   @staticmethod
-  def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor: return Tensor.rand(n, device=device).argsort().cast(dtype)
+  def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor:
+    return Tensor.rand(n, device=device).argsort().cast(dtype)
   @staticmethod
+  @creates
   def scaled_uniform(*shape, dtype=None, device=None) -> Tensor:
     return Tensor.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(Tensor._unpack(shape)) ** -0.5
   @staticmethod
+  @creates
   def kaiming_normal(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:
     std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
     return Tensor.normal(*shape, mean=0.0, std=std, dtype=dtype, device=device)
@@ -1010,14 +1053,15 @@ class Tensor:
     if not 1 <= self.ndim <= 2 or num_samples < 1:
       raise ShapeError(f"multinomial takes 1 or 2 dims and num_samples >= 1, got shape {self.shape}, {num_samples}")
     w = self.unsqueeze(0) if self.ndim == 1 else self
-    if not replacement and num_samples > w.shape[1]: raise ValueError(f"can't draw {num_samples} of {w.shape[1]} without replacement")
+    if not replacement and num_samples > w.shape[1]:
+      raise ValueError(f"can't draw {num_samples} of {w.shape[1]} without replacement")
     if replacement or num_samples == 1:
       cdf = w.float().cumsum(1)
       u = Tensor.rand(num_samples, w.shape[0], 1, device=self.device) * cdf[:, -1:].unsqueeze(0)
       picks = (u >= cdf.unsqueeze(0)).sum(2).permute(1, 0)
     else: picks = (w.rand_like(dtype=dtypes.float).log() / w).topk(num_samples, 1)[1]
     return (picks.squeeze(0) if self.ndim == 1 else picks).cast(dtypes.int32)
-  def dropout(self, p:float=0.5) -> Tensor:  # zeroes each element with probability p in Tensor.train(), scaling the rest
+  def dropout(self, p:float=0.5) -> Tensor:  # zeroes each element with probability p in Tensor.train(), scales the rest
     if not 0 <= p <= 1: raise ValueError(f"dropout's p={p} is not in [0, 1]")
     if not Tensor.training or p == 0: return self
     return (Tensor.rand(*self.shape, device=self.device) >= p).where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
@@ -1065,12 +1109,19 @@ class Tensor:
     a, b = self._broadcast(x)
     if a.dtype == dtypes.bool: raise TypeError("can't subtract bool tensors, as numpy and torch can't: use ^ or & ~")
     return a + (-b)
-  def div(self, x) -> Tensor: a, b = self._broadcast(x); return a._float() * b._float().reciprocal()
+  def div(self, x, rounding_mode:str|None=None) -> Tensor:  # true division, or rounded toward 0 ("trunc") or down
+    a, b = self._broadcast(x)
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise ValueError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")
+    if rounding_mode and dtypes.is_int(a.dtype):
+      return a._like(a.uop.alu(Ops.IDIV, b.uop)) if rounding_mode == "trunc" else a.divmod(b)[0]
+    q = a._float() * b._float().reciprocal()
+    return q if rounding_mode is None else q.trunc() if rounding_mode == "trunc" else q.floor()
   def divmod(self, x) -> tuple[Tensor, Tensor]:
-    """Int floor division and its remainder, as Python's and numpy's: the remainder takes the divisor's sign, and
+    """Floor division and its remainder, as Python's and numpy's: the remainder takes the divisor's sign. For ints,
     both are 0 where the divisor is (C's truncating / and % underneath, with python_alu's results at the edges)."""
     a, b = self._broadcast(x)
-    if not dtypes.is_int(a.dtype): raise TypeError(f"// and % need int tensors, got {a.dtype.name}: use / for floats")
+    if dtypes.is_float(a.dtype): return (q := (a / b).floor()), a - b * q
     q, r = a._like(a.uop.alu(Ops.IDIV, b.uop)), a._like(a.uop.alu(Ops.MOD, b.uop))
     up = (r != 0) & ((r < 0) != (b < 0))  # truncating rounded a negative quotient up: floor is one lower
     return up.where(q - 1, q), up.where(r + b, r)
@@ -1103,7 +1154,7 @@ class Tensor:
   def _bitop(self, op:Ops, x) -> Tensor:
     if dtypes.is_float(self.dtype) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype)) or isinstance(x, float):
       other = x.dtype.name if isinstance(x, Tensor) else type(x).__name__
-      raise TypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype.name} and {other}")
+      raise DTypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype.name} and {other}")
     return self._alu(op, x)
   def __and__(self, x): return self._bitop(Ops.AND, x)
   def __or__(self, x): return self._bitop(Ops.OR, x)
@@ -1131,7 +1182,8 @@ class Tensor:
   def long(self) -> Tensor: return self.cast(dtypes.int64)
   def bitcast(self, dtype) -> Tensor:  # the same bits, read as another dtype of the same size
     dtype = dtypes.of(dtype)
-    if dtype.itemsize != self.dtype.itemsize: raise TypeError(f"can't bitcast {self.dtype.name} to {dtype.name}: sizes differ")
+    if dtype.itemsize != self.dtype.itemsize:
+      raise TypeError(f"can't bitcast {self.dtype.name} to {dtype.name}: sizes differ")
     return self if dtype == self.dtype else self._like(self.uop.bitcast(dtype))
 
   def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
@@ -1140,9 +1192,11 @@ class Tensor:
   def log(self) -> Tensor: return self.log2() * math.log(2)
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
-  def cos(self) -> Tensor: return (self._float() + math.pi / 2).sin()
+  def cos(self) -> Tensor: return 1 - 2 * (self._float() / 2).sin().square()  # (x + pi/2 would round a large x)
   def relu(self) -> Tensor: return (self > 0).where(self, 0)  # tinygrad's: its gradient at 0 is 0 (maximum's is 1/2)
-  def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
+  def sigmoid(self) -> Tensor:  # from e^-|x| <= 1: no inf in the value or the gradient
+    e = (-self._float().abs()).exp()
+    return (self >= 0).where(1 / (1 + e), e / (1 + e))
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
@@ -1175,17 +1229,19 @@ class Tensor:
   def trunc(self) -> Tensor:  # a float this large is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
     return (self.abs() < 2 ** 23).where(self.cast(dtypes.int32).cast(self.dtype), self)
-  def floor(self) -> Tensor: return (t := self.trunc()) - (t > self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
-  def ceil(self) -> Tensor: return (t := self.trunc()) + (t < self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+  def floor(self) -> Tensor:
+    return (t := self.trunc()) - (t > self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+  def ceil(self) -> Tensor:
+    return (t := self.trunc()) + (t < self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
   def round(self) -> Tensor:  # half to even, as numpy and torch
     if not dtypes.is_float(self.dtype): return self
     f = self.floor()
     up = (self - f > 0.5) | ((self - f == 0.5) & (f - (f / 2).floor() * 2 != 0))
     return up.where(f + 1, f)
-  def clip(self, min_=None, max_=None) -> Tensor:
-    if min_ is None and max_ is None: raise ValueError("clip needs min_ or max_")
-    x = self if min_ is None else self.maximum(min_)
-    return x if max_ is None else x.minimum(max_)
+  def clip(self, min_=None, max_=None) -> Tensor:  # (where, not maximum: at a bound the gradient is 1, as torch's)
+    if min_ is None and max_ is None: raise RuntimeError("clip needs min_ or max_")
+    x = self if min_ is None else (self < min_).where(min_, self)
+    return x if max_ is None else (x > max_).where(max_, x)
   clamp = clip
   def lerp(self, end:Tensor, weight) -> Tensor: return self + (end - self) * weight
   def masked_fill(self, mask:Tensor, value) -> Tensor: return mask.where(value, self)
@@ -1218,7 +1274,7 @@ class Tensor:
         base = base * base
       return out
     if not dtypes.is_float(self.dtype) and not isinstance(x, Tensor) and not isinstance(x, float):
-      raise TypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
+      raise DTypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
@@ -1261,17 +1317,21 @@ class Tensor:
   def leaky_relu(self, neg_slope=0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def elu(self, alpha=1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def celu(self, alpha=1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
-  def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor: return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+  def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor:
+    return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu
-  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+  def gelu(self, approximate="tanh") -> Tensor:  # x P(X <= x) for a standard normal X; "tanh": its approximation
+    if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
   def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
   def softplus(self, beta=1.0) -> Tensor:  # log(1 + e^(bx)) / b, as max(bx, 0) + log(1 + e^-|bx|): no overflow
     x = self * beta
     return (x.relu() + (1 + (-x.abs()).exp()).log()) / beta
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softsign(self) -> Tensor: return self / (1 + self.abs())
-  def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor: return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor:
+    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
   def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
   def logsigmoid(self) -> Tensor: return -(-self).softplus()
 
@@ -1295,8 +1355,8 @@ class Tensor:
     return out._reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), Reduction(op, axes)))
-  def sum(self, axis=None, keepdim=False) -> Tensor:  # ints and bools add up in int64, as in numpy and torch
-    x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
+  def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:  # ints and bools add up in int64, as numpy and torch
+    x = self.cast(dtype) if dtype is not None else self._widened()
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
@@ -1315,9 +1375,8 @@ class Tensor:
     m = m.isinf().where(0, m)  # a row of -inf is -inf, not nan
     total = (self - m).exp().sum(axis, keepdim)
     return total.log() + m.reshape(total.shape)
-  def prod(self, axis=None, keepdim=False) -> Tensor:  # ints and bools multiply in int64, as in torch
-    x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
-    return x._reduce(Ops.MUL, axis, keepdim)
+  def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor:  # ints and bools multiply in int64, as in torch
+    return (self.cast(dtype) if dtype is not None else self._widened())._reduce(Ops.MUL, axis, keepdim)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
@@ -1328,8 +1387,9 @@ class Tensor:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis=None, keepdim=False, correction=1) -> tuple[Tensor, Tensor]:
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
-  def normalize(self, p=2.0, dim=1, eps=1e-12) -> Tensor:
-    return self / self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p).maximum(eps)
+  def normalize(self, p=2.0, dim=1, eps=1e-12) -> Tensor:  # divided by its p-norm along dim (p=0: how many aren't 0)
+    norm = (self != 0).sum(dim, keepdim=True) if p == 0 else self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+    return self / norm.maximum(eps)
   def argmax(self, axis=None, keepdim=False) -> Tensor:  # the first of the largest
     if axis is None: return self.flatten().argmax(0)
     d = self._dim(axis)
@@ -1343,11 +1403,14 @@ class Tensor:
     d = self._dim(axis)
     return self.transpose(d, -1), lambda t: t.transpose(d, -1)
   def _scan(self, op:Ops, axis:int) -> Tensor:
-    """Each element reduced with those before it along axis: a reduce of the row over a triangle. Past 256 elements, in
-    blocks of 256: each block's scan, combined with the scan of the blocks' totals before it (n*256 work, not n^2)."""
-    if not self.ndim: return self
+    """Each element reduced with those before it along axis: a reduce of the row over a triangle. Past 16 elements, in
+    blocks of 16: each block's scan, combined with the scan of the blocks' totals before it (about 16n work, not n^2;
+    a 1M cumsum: 9x faster than blocks of 256)."""
+    if not self.ndim:
+      self._dim(axis)  # (checked: a 0-d tensor takes 0 or -1)
+      return self
     (x, back), fill = self._last(axis), identity(op, self.dtype).arg
-    n, block = x.shape[-1], 256
+    n, block = x.shape[-1], 16
     if n <= block:
       return back(Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril().where(x.unsqueeze(-2), fill)
                   ._reduce(op, -1, False))
@@ -1355,12 +1418,13 @@ class Tensor:
     within = blocks._scan(op, -1)
     totals = within[..., -1]._scan(op, -1).pad((*[None] * (x.ndim - 1), (1, -1)), value=fill)
     return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
-  def _widened(self) -> Tensor: return self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
+  def _widened(self) -> Tensor:
+    return self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
   def cumsum(self, axis=0) -> Tensor: return self._widened()._scan(Ops.ADD, axis)
   def cumprod(self, axis=0) -> Tensor: return self._widened()._scan(Ops.MUL, axis)
   def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
     """The running max, and where it was last met, as torch's."""
-    if not self.ndim: return self, Tensor(0, dtypes.int32, self.device)
+    if not self.ndim: return self._scan(Ops.MAX, axis), Tensor(0, dtypes.int32, self.device)
     values = self._scan(Ops.MAX, axis)
     (x, back), (v, _) = self._last(axis), values._last(axis)
     n = x.shape[-1]
@@ -1371,7 +1435,7 @@ class Tensor:
     values, where = self._reverse_order().cummax(axis)
     return values._reverse_order(), where
   def logcumsumexp(self, axis=0) -> Tensor:
-    if not self.ndim: return self
+    if not self.ndim: return self._scan(Ops.ADD, axis)
     x, back = self._float()._last(axis)
     m = x.cummax(-1)[0].detach().unsqueeze(-1)  # each output's running max: no exp overflows, none underflows to 0
     tri = Tensor.ones(x.shape[-1], x.shape[-1], dtype=dtypes.bool, device=self.device).tril()
@@ -1384,7 +1448,8 @@ class Tensor:
     a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
     place = ((b > a if descending else b < a) | (b == a) & (steps < steps.unsqueeze(-1))).sum(-1)
     at = place.unsqueeze(-1) == steps  # [i, p]: element i goes to place p
-    return back(at.where(a, 0).sum(-2).cast(self.dtype)), back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32))
+    return (back(at.where(a, 0).sum(-2).cast(self.dtype)),
+            back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
   def argsort(self, dim=-1, descending=False) -> Tensor: return self.sort(dim, descending)[1]
   def topk(self, k:int, dim=-1, largest=True, sorted_=True) -> tuple[Tensor, Tensor]:
     d = self._dim(dim)
@@ -1435,12 +1500,14 @@ class Tensor:
         raise NotImplementedError(f"pad mode {mode!r} is not one of constant, {', '.join(EDGE_PADS)}")
       if value != 0: raise ValueError(f"pad mode {mode!r} takes no value: only constant does")
     check_shape(tuple(s + b + a for s, (b, a) in zip(self.shape, padding)))
-    grow = tuple((max(b, 0), max(a, 0)) for b, a in padding)  # pad, then crop where an amount is negative
-    if mode in EDGE_PADS: x = self._pad_edges(grow, mode)
-    else:
-      x = self._view(("pad", grow))
-      if value != 0: x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
-    return x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, x.shape)))
+    def cropped(t:Tensor) -> Tensor:
+      return t.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, t.shape)))
+    grow = tuple((max(b, 0), max(a, 0)) for b, a in padding)
+    if mode == "circular": return cropped(self)._pad_edges(grow, mode)  # it wraps what the crop leaves, as torch's
+    if mode in EDGE_PADS: return cropped(self._pad_edges(grow, mode))
+    x = self._view(("pad", grow))
+    if value != 0: x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
+    return cropped(x)
   def _pad_edges(self, grow, mode:str) -> Tensor:
     """One dim at a time: cat what goes before, the tensor, and what goes after, each a view of the tensor."""
     most, edges = EDGE_PADS[mode]
@@ -1470,7 +1537,7 @@ class Tensor:
   def squeeze(self, dim=None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     d = self._dim(dim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d+1:])
+    return self if not self.ndim or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d+1:])
   def unsqueeze(self, dim:int) -> Tensor:
     d = self._dim(dim, extra=1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -1489,11 +1556,10 @@ class Tensor:
     bool tensor picks those where it is True (the int tensors of its True places, read back: a shape of the data)."""
     idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else i
            for i in (idx if isinstance(idx, tuple) else (idx,))]
-    idx = [k for i in idx for k in ([i.nonzero()[:, d] for d in range(i.ndim)] if isinstance(i, Tensor) and
-                                    i.dtype == dtypes.bool else [i])]
     ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
-    if len(ellipses) > 1: raise IndexError("an index can only have one ellipsis")
-    used = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if len(ellipses) > 1: raise IndexError("an index can have only a single ellipsis")
+    def mask(i) -> bool: return isinstance(i, Tensor) and i.dtype == dtypes.bool
+    used = sum(i.ndim if mask(i) else 1 for i in idx if i is not None and i is not Ellipsis)
     if used > self.ndim: raise IndexError(f"too many indices ({used}) for a tensor of shape {self.shape}")
     at = ellipses[0] if ellipses else len(idx)
     idx[at:at+1] = [slice(None)] * (self.ndim - used)
@@ -1501,6 +1567,12 @@ class Tensor:
     for i in idx:
       if i is None: x = x.unsqueeze(dim); dim += 1; continue
       n = x.shape[dim]
+      if mask(i):  # the dims it covers, picked where it is True
+        if i.shape != x.shape[dim:dim + i.ndim]:
+          raise IndexError(f"a bool index of shape {i.shape} for dims of {x.shape[dim:dim + i.ndim]}")
+        places = i.nonzero()
+        picks += [(dim + k, places[:, k]) for k in range(i.ndim)]
+        dim += i.ndim; continue
       if isinstance(i, Tensor): picks.append((dim, i)); dim += 1; continue
       if isinstance(i, bool) or not isinstance(i, (int, slice)): raise TypeError(f"can't index a tensor with {i!r}")
       if isinstance(i, int):
@@ -1528,7 +1600,8 @@ class Tensor:
     hit = None
     for k, (i, n) in enumerate(zip(idxs, sizes)):
       at = (i < 0).where(i + n, i)._expand(shape).reshape(*lead, *shape, *(1,) * len(sizes))
-      places = Tensor.arange(n, device=self.device).reshape(*lead, *(1,) * len(shape), *[n if j == k else 1 for j in range(len(sizes))])
+      places = Tensor.arange(n, device=self.device).reshape(*lead, *(1,) * len(shape),
+                                                            *[n if j == k else 1 for j in range(len(sizes))])
       hit = at == places if hit is None else hit & (at == places)
     out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
     r, b, at = len(rest), len(shape), dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
@@ -1548,11 +1621,12 @@ class Tensor:
     self.assign(new)
   def _box(self, idx) -> list[tuple[int, int]]|None:  # the block an index of ints and slices of step 1 picks, or None
     idx = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
-    if not all(i is Ellipsis or isinstance(i, int) and not isinstance(i, bool) or isinstance(i, slice) and i.step in (None, 1)
-               for i in idx): return None
+    if not all(i is Ellipsis or isinstance(i, int) and not isinstance(i, bool)
+               or isinstance(i, slice) and i.step in (None, 1) for i in idx): return None
     at = next((k for k, i in enumerate(idx) if i is Ellipsis), len(idx))
     idx[at:at+1] = [slice(None)] * (self.ndim - len(idx) + (at < len(idx)))
-    return [(i % n, i % n + 1) if isinstance(i, int) else (i.indices(n)[0], max(i.indices(n)[:2])) for i, n in zip(idx, self.shape)]
+    return [(i % n, i % n + 1) if isinstance(i, int) else (i.indices(n)[0], max(i.indices(n)[:2]))
+            for i, n in zip(idx, self.shape)]
   def gather(self, dim:int, index:Tensor) -> Tensor:
     """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
     d = self._dim(dim)
@@ -1566,32 +1640,45 @@ class Tensor:
     d = self._dim(dim)
     if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d) or \
        any(i > s for i, s in zip(index.shape, src.shape)):
-      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}, or src's {src.shape}")
+      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}, "
+                       f"or src's {src.shape}")
     grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
     hit = (index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)).transpose(d, -1).pad(grow)
-    src = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+    if src.dtype != self.dtype:
+      raise DTypeError(f"scatter of {src.dtype.name} into {self.dtype.name}: dtypes must match")
+    src = src.shrink(tuple((0, i) for i in index.shape))
     return hit, src.unsqueeze(-1).transpose(d, -1).pad(grow)
   def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
-    if reduce not in (None, "add", "multiply"): raise TypeError(f"scatter's reduce is None, 'add' or 'multiply', not {reduce!r}")
+    if reduce not in (None, "add", "multiply"):
+      raise TypeError(f"scatter's reduce is None, 'add' or 'multiply', not {reduce!r}")
+    if isinstance(src, Tensor) and reduce: raise DTypeError("scatter's reduce takes a scalar src: use scatter_reduce")
     if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, self.dtype, self.device)
     if reduce: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
     hit, vals = self._scattered(dim, index, src)
-    return hit.any(-1).where(hit.where(vals, 0).sum(-1).cast(self.dtype), self)
+    last = hit & (hit.int().flip(-1).cumsum(-1).flip(-1) == 1)  # of several writes to one place, the last, as torch's
+    return hit.any(-1).where(last.where(vals, 0).sum(-1).cast(self.dtype), self)
   def scatter_reduce(self, dim:int, index:Tensor, src:Tensor, reduce:str, include_self=True) -> Tensor:
     fill = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}
     if reduce not in fill: raise RuntimeError(f"scatter_reduce's reduce is one of {', '.join(fill)}, not {reduce!r}")
     hit, vals = self._scattered(dim, index, src)
     own = self if include_self else hit.any(-1).where(fill[reduce], self)
     picked = hit.where(vals, fill[reduce])
-    if reduce == "mean": return (picked.sum(-1) + own) / (hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not()))
+    if reduce == "mean":
+      return (picked.sum(-1) + own) / (hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not()))
     combine = {"sum": lambda: picked.sum(-1) + own, "prod": lambda: picked.prod(-1) * own,
                "amax": lambda: picked.max(-1).maximum(own), "amin": lambda: picked.min(-1).minimum(own)}
     return combine[reduce]().cast(self.dtype)
-  def masked_select(self, mask:Tensor) -> Tensor: return self[mask._expand(broadcast_shape(self.shape, mask.shape))]
-  def nonzero(self) -> Tensor:
-    """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back."""
+  def masked_select(self, mask:Tensor, size:int|None=None, fill_value=0) -> Tensor:
+    """The elements where mask (broadcast) is True, in order; size: that many, cut or filled with fill_value."""
+    if mask.dtype != dtypes.bool: raise DTypeError(f"masked_select needs a bool mask, got {mask.dtype.name}")
+    picked = self[mask._expand(broadcast_shape(self.shape, mask.shape))]
+    return picked if size is None else picked[:size].pad((0, max(0, size - picked.shape[0])), value=fill_value)
+  def nonzero(self, size:int|None=None, fill_value=0) -> Tensor:
+    """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back
+    (size: that many rows, cut or filled with fill_value)."""
     hits = [[k // stride % n for stride, n in zip(strides_for(self.shape), self.shape)]
             for k, v in enumerate(self.flatten().tolist()) if v]
+    if size is not None: hits = hits[:size] + [[fill_value] * self.ndim] * (size - len(hits))
     return Tensor(hits, dtypes.int32, self.device).reshape(len(hits), self.ndim)
   def to(self, device:str) -> Tensor:  # a copy on another device (this tensor where it is there)
     if Device.canonical(device) == self.device: return self
@@ -1616,6 +1703,7 @@ class Tensor:
   @staticmethod
   def stack(*ts, dim=0) -> Tensor:
     ts = Tensor._unpack(ts)
+    if not all(isinstance(t, Tensor) for t in ts): raise ValueError("stack takes tensors, or one list of them")
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
@@ -1651,10 +1739,11 @@ class Tensor:
       d = self._dim(dim)
       if n := x.shape[d]: x = x._along(d, n - shift % n, n).cat(x._along(d, 0, n - shift % n), dim=d)
     return x
-  def unfold(self, dim:int, size:int, step:int) -> Tensor:  # dim becomes its windows of size, step apart; size goes last
+  def unfold(self, dim:int, size:int, step:int) -> Tensor:  # dim becomes its windows of size, step apart; size last
     d = self._dim(dim)
     if size < 0 or step <= 0 or size > self.shape[d]:
-      raise ShapeError(f"unfold of dim {d} (size {self.shape[d]}) needs 0 <= size <= it and step > 0: size={size}, step={step}")
+      raise ShapeError(f"unfold of dim {d} (size {self.shape[d]}) needs 0 <= size <= it and step > 0: "
+                       f"size={size}, step={step}")
     return self.transpose(d, -1)._pool((size,), step).transpose(d, -2)
   def diagonal(self, offset=0, dim1=0, dim2=1) -> Tensor:
     d1, d2 = self._dim(dim1), self._dim(dim2)
@@ -1670,11 +1759,13 @@ class Tensor:
   def pad_to(self, *shape, value=0.0) -> Tensor:  # padded after, to shape (None: as it is)
     shape = Tensor._unpack(shape)
     return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
-  def shrink_to(self, *shape) -> Tensor: return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
+  def shrink_to(self, *shape) -> Tensor:
+    return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as any node)
+  def contiguous_backward(self) -> Tensor:  # (a gradient is stored where the scheduler decides, as any node)
+    return self
 
   # --- composites
   def dot(self, w:Tensor) -> Tensor:
@@ -1703,20 +1794,27 @@ class Tensor:
     if weight is not None: x = x * weight.reshape(shape)
     return x if bias is None else x + bias.reshape(shape)
   def _pool(self, kernel:tuple[int, ...], stride=1, dilation=1) -> Tensor:
-    """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, a strided view of
-    the input for each kernel position, stacked."""
+    """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, as a view. Along
+    a dim of size n, the input repeated and read in rows of L = dilation (mod n): row j starts j*dilation further on;
+    each row cut to its out steps of stride. No data moves, and a kernel reads the input where each window lies."""
     dims = len(kernel)
     stride, dilation = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation)]
-    size = self.shape[-dims:]
+    lead, size = self.ndim - dims, self.shape[-dims:]
     out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(size, kernel, stride, dilation)]
     if any(v <= 0 for v in out): raise ShapeError(f"a kernel {tuple(kernel)} is larger than the (padded) input {size}")
-    def window(at:tuple[int, ...]) -> Tensor:  # what kernel position `at` meets, at each output position
-      return self[(..., *[slice(p * d, p * d + s * (v - 1) + 1, s) for p, d, s, v in zip(at, dilation, stride, out)])]
-    windows = [window(at) for at in itertools.product(*map(range, kernel))]
-    return Tensor.stack(*windows, dim=-1).reshape(*self.shape[:-dims], *out, *kernel)
-  def _pads(self, padding, dims:int) -> tuple:  # an amount for each spatial dim, or torch's flat pairs, as pad takes
-    if isinstance(padding, int): padding = (padding,) * dims
-    return (*[None] * (self.ndim - dims), *[(p, p) for p in padding]) if len(padding) == dims else tuple(padding)
+    x = self
+    for i in reversed(range(dims)):  # dim p becomes (kernel, out)
+      p, n, k, s, d, o = lead + i, size[i], kernel[i], stride[i], dilation[i], out[i]
+      row = d + n * max(1, cdiv(o * s - d, n))  # a row of at least o*s, starting d further on: d (mod n)
+      x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)
+      x = x._along(p, 0, k * row).unflatten(p, (k, row))._along(p + 1, 0, o * s).unflatten(p + 1, (o, s))
+      x = x._along(p + 2, 0, 1).squeeze(p + 2)
+    return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(dims)], *[lead + 2 * i for i in range(dims)])
+  @staticmethod
+  def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
+    if isinstance(padding, int): padding = (padding,) * dims  # for each, or torch's flat pairs (the last dim's first)
+    if len(padding) == dims: return [(p, p) for p in padding]
+    return [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
     """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
     the input padded, its windows (_pool), multiplied by the weights and summed over channels and kernel positions:
@@ -1724,7 +1822,7 @@ class Tensor:
     (n, c, *size), (o, per_group, *kernel) = self.shape, weight.shape
     if self.ndim != weight.ndim or self.ndim < 3 or c != per_group * groups or o % groups:
       raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
-    cols = self.pad(self._pads(padding, len(size)))._pool(tuple(kernel), stride, dilation)
+    cols = self.pad((None, None, *Tensor._pads(padding, len(size))))._pool(tuple(kernel), stride, dilation)
     out = cols.shape[2:2 + len(size)]
     cols = cols.reshape(n, groups, 1, per_group, *out, prod(kernel))
     w = weight.reshape(1, groups, o // groups, per_group, *(1,) * len(size), prod(kernel))
@@ -1735,15 +1833,17 @@ class Tensor:
     """The gradient of conv2d with respect to its input: the input spread stride apart, padded by what the kernel
     overhangs, convolved with the kernel flipped, its in and out channels swapped. weight is (C, O/groups, *kernel)."""
     (c, per_group, *kernel), dims = weight.shape, weight.ndim - 2
-    stride, dilation, output_padding = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation, output_padding)]
-    padding = [(p, p) for p in ((padding,) * dims if isinstance(padding, int) else padding)]
+    stride, dilation, output_padding = [(v,) * dims if isinstance(v, int) else tuple(v)
+                                        for v in (stride, dilation, output_padding)]
+    padding = Tensor._pads(padding, dims)
     x = self
     for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
       d, k = 2 + i, x.shape[2 + i]
       x = x.unsqueeze(d + 1).pad((*[None] * (d + 1), (0, s - 1), *[None] * (x.ndim - d - 1))).flatten(d, d + 1)[
           (*[slice(None)] * d, slice(0, k * s - (s - 1)))]
     w = weight.reshape(groups, c // groups, per_group, *kernel).transpose(1, 2).flip(tuple(range(3, 3 + dims)))
-    pads = [((k - 1) * d - b, (k - 1) * d - a + op) for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
+    pads = [((k - 1) * d - b, (k - 1) * d - a + op)
+            for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
     return x.conv2d(w.reshape(groups * per_group, c // groups, *kernel), bias, groups, 1, dilation,
                     [v for p in reversed(pads) for v in p])
   def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> tuple[tuple, tuple, tuple, list, list]:
@@ -1753,7 +1853,7 @@ class Tensor:
     dims = len(kernel)
     stride = kernel if stride is None else (stride,) * dims if isinstance(stride, int) else tuple(stride)
     dilation = (dilation,) * dims if isinstance(dilation, int) else tuple(dilation)
-    pads = [tuple(p) for p in self._pads(padding, dims)[-dims:]]
+    pads = Tensor._pads(padding, dims)
     extra = [0] * dims
     for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
       span, out = n + b + a - d * (k - 1) - 1, (n + b + a - d * (k - 1) - 1) // s + 1
@@ -1767,36 +1867,41 @@ class Tensor:
     axes = tuple(range(-len(kernel), 0))
     if not return_indices: return windows.max(axes)
     size = prod(self.shape[-len(kernel):])  # each input place's flat number, counted down: the max's first is largest
-    countdown = Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(kernel):]).pad(grow[-len(kernel):])
+    countdown = (Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(kernel):])
+                 .pad(grow[-len(kernel):]))
     hit = windows == windows.max(axes, keepdim=True)
-    return windows.max(axes), (size - (hit * countdown._pool(kernel, stride, dilation)).max(axes)).cast(dtypes.int64)
+    return windows.max(axes), (size - (hit * countdown._pool(kernel, stride, dilation)).max(axes)).cast(dtypes.int32)
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
     after = [(0, e) for e in extra]
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
     ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
-    counted = ones.pad([(b, a) for b, a in pads], value=1.0 if count_include_pad else 0.0) if any(map(any, pads)) else ones
+    counted = (ones.pad([(b, a) for b, a in pads], value=1.0 if count_include_pad else 0.0)
+               if any(map(any, pads)) else ones)
     return sums / counted.pad(after)._pool(kernel, stride, dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
     n, c, *size = self.shape
     if output_size is None:
       kernel, stride, dilation, pads, _ = self._pooling(kernel_size, stride, dilation, padding, False)
-      output_size = [(i - 1) * s - b - a + d * (k - 1) + 1 for i, k, s, d, (b, a) in zip(size, kernel, stride, dilation, pads)]
+      output_size = [(i - 1) * s - b - a + d * (k - 1) + 1
+                     for i, k, s, d, (b, a) in zip(size, kernel, stride, dilation, pads)]
     output_size = tuple(output_size)[-len(size):]
     hit = indices.reshape(n, c, -1, 1) == Tensor.arange(prod(output_size), device=self.device)
     return hit.where(self.reshape(n, c, -1, 1), 0).sum(2).reshape(n, c, *output_size).cast(self.dtype)
   def interpolate(self, size, mode="linear", align_corners=False) -> Tensor:
     """The last len(size) dims resized, as torch's interpolate: "linear" (bilinear, trilinear: one dim at a time) by
     lerping the two nearest inputs, "nearest" and "nearest-exact" by picking one."""
-    if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate's mode {mode!r} is not linear, nearest or nearest-exact")
+    if mode not in ("linear", "nearest", "nearest-exact"):
+      raise ValueError(f"interpolate's mode {mode!r} is not linear, nearest or nearest-exact")
     x = self._float() if mode == "linear" else self
     for d, new in zip(range(self.ndim - len(size), self.ndim), size):
       n, at = x.shape[d], Tensor.arange(new, dtype=dtypes.float, device=self.device)
       near = (slice(None),) * d
       if mode == "linear":
-        pos = at * ((n - 1) / (new - 1) if new > 1 else 0) if align_corners else ((at + 0.5) * (n / new) - 0.5).maximum(0)
+        pos = (at * ((n - 1) / (new - 1) if new > 1 else 0) if align_corners
+               else ((at + 0.5) * (n / new) - 0.5).maximum(0))
         low = pos.floor().minimum(n - 1)
         frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
         x = x[(*near, low.int())].lerp(x[(*near, (low + 1).minimum(n - 1).int())], frac)
@@ -1810,9 +1915,11 @@ class Tensor:
       key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
     scores = self @ key.transpose(-2, -1) / math.sqrt(self.shape[-1])
     if is_causal:
-      if attn_mask is not None: raise ValueError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+      if attn_mask is not None:
+        raise RuntimeError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
       attn_mask = Tensor.ones(*scores.shape[-2:], dtype=dtypes.bool, device=self.device).tril()
-    if attn_mask is not None: scores = scores + (attn_mask.where(0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
+    if attn_mask is not None:
+      scores = scores + (attn_mask.where(0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
     return scores.softmax(-1).dropout(dropout_p) @ value
   @staticmethod
   def einsum(formula:str, *operands, dtype=None) -> Tensor:
@@ -1826,16 +1933,21 @@ class Tensor:
     most = max(t.ndim - len(n) + 3 for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
     ellipsis = "".join(next(spare) for _ in range(most))
     names = [n.replace("...", ellipsis[most - (t.ndim - len(n) + 3):]) for t, n in zip(ts, names)]
-    if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names)) if "".join(names).count(c) == 1 and c not in ellipsis))
+    if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names))
+                                                  if "".join(names).count(c) == 1 and c not in ellipsis))
     out = out.replace("...", ellipsis)
     letters = out + "".join(dict.fromkeys(c for c in "".join(names) if c not in out))
-    for t, n in zip(ts, names):
-      if len(n) != t.ndim or len(set(n)) != len(n): raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape} once")
+    for k, (t, n) in enumerate(zip(ts, names)):
+      if len(n) != t.ndim: raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape}")
+      while (c := next((c for c in n if n.count(c) > 1), None)) is not None:  # a letter twice: the diagonal ("ii")
+        i, j = n.index(c), n.index(c, n.index(c) + 1)
+        ts[k], n = ts[k].diagonal(0, i, j), n[:i] + n[i+1:j] + n[j+1:] + c
+      names[k] = n
     laid = [t.permute(*sorted(range(t.ndim), key=lambda i: letters.index(n[i])))
              .reshape(*[t.shape[n.index(c)] if c in n else 1 for c in letters]) for t, n in zip(ts, names)]
     total = functools.reduce(Tensor.mul, laid)
-    return total.sum(tuple(range(len(out), len(letters)))).reshape(total.shape[:len(out)]).cast(dtype or total.dtype) \
-      if len(letters) > len(out) else total.cast(dtype or total.dtype)
+    return (total.sum(tuple(range(len(out), len(letters)))) if len(letters) > len(out)
+            else total).cast(dtype or total.dtype)
   def rearrange(self, formula:str, **sizes) -> Tensor:
     """einops' rearrange: "b (h w) c -> b h w c", h=2: names for the dims (a group in parentheses is one dim of their
     product), moved to the right side's order and grouped as it says."""
@@ -1866,13 +1978,18 @@ class Tensor:
 
   # --- losses: reduction is "mean", "sum" or "none"
   def _reduction(self, reduction:str) -> Tensor:
-    if reduction not in ("mean", "sum", "none"): raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
+    if reduction not in ("mean", "sum", "none"):
+      raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
     return self.mean() if reduction == "mean" else self.sum() if reduction == "sum" else self
   def cross_entropy(self, Y:Tensor, reduction="mean", label_smoothing=0.0) -> Tensor:
     """Logits (N, C, ...) or (C,) against class indices, or probabilities of the logits' shape."""
     if not 0 <= label_smoothing <= 1: raise ValueError(f"label_smoothing={label_smoothing} is not in [0, 1]")
     classes = 0 if self.ndim == 1 else 1
     if Y.shape != self.shape:
+      if Y.shape != self.shape[:classes] + self.shape[classes + 1:]:
+        raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape "
+                         f"{self.shape[:classes] + self.shape[classes + 1:]} or probabilities of the logits' shape, "
+                         f"got {Y.shape}")
       n = self.shape[classes]
       Y = Y.unsqueeze(classes) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - classes - 1))
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
@@ -1891,7 +2008,8 @@ class Tensor:
   def binary_crossentropy(self, Y:Tensor, reduction="mean") -> Tensor:
     return (-Y * self.log() - (1 - Y) * (1 - self).log())._reduction(reduction)
   def binary_crossentropy_logits(self, Y:Tensor, reduction="mean", pos_weight:Tensor|None=None) -> Tensor:
-    return (-((1 if pos_weight is None else pos_weight) * Y * self.logsigmoid() + (1 - Y) * (-self).logsigmoid()))._reduction(reduction)
+    return (-((1 if pos_weight is None else pos_weight) * Y * self.logsigmoid()
+              + (1 - Y) * (-self).logsigmoid()))._reduction(reduction)
 
   # --- gradients: the rules and the walk are the next section
   @property
@@ -2553,13 +2671,22 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   stored |= {u: "assign" for u in order if u.op is Ops.ASSIGN}
   stored |= {u.src[1]: "assigned from its own buffer moved" for u in order if u.op is Ops.ASSIGN and _reads_moved(u)}
   stored |= {u: "output" for u in sink.src if not _whole_buffer(u)}
+  # free: aranges and what is computed from them alone, which lowering folds into index math, and an element compared
+  # with an arange (summed, that is a pick: see picked)
+  free: set[UOp] = set()
+  for u in order:
+    if u.op in (Ops.IOTA, Ops.CONST) or \
+       u.src and all(s in free for s in u.src) and u.op in GroupOp.ALU | {Ops.VIEW, Ops.CAST}:
+      free.add(u)
+    elif u.op is Ops.CMPEQ and any(s in free for s in u.src): free.add(u)
   while True:
     realize, fused, again = dict(stored), {}, {}
     for u in order:
       srcs = [fused[s] for s in u.src if s not in realize]
       f = fused[u] = Fused(u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
                            _pending(u, [s.pending for s in srcs]),
-                           (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU else 0) + sum(s.cost for s in srcs),
+                           (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in free else 0) +
+                           sum(s.cost for s in srcs),
                            frozenset().union(*[s.rows for s in srcs]))
       if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _axes(k) != _axes(u)}
       if u in realize or u.op is Ops.SINK: continue
@@ -2632,7 +2759,8 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       return not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g) and \
              all(aligned for o in g for d, aligned in reads[o].items() if d in g or d in written) and \
              not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)
-    if has_reduce[r] or r.op is Ops.CONTIGUOUS or (i := next(filter(fits, where + list(range(len(groups)))), None)) is None:
+    if has_reduce[r] or r.op is Ops.CONTIGUOUS or \
+       (i := next(filter(fits, where + list(range(len(groups)))), None)) is None:
       groups.append([r])
     else:
       groups.insert(j := max(i, ready), groups.pop(i))
@@ -2814,8 +2942,27 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
   if u.op is Ops.REDUCE_AXIS:
     _, at, _ = srcs[0]  # the index its source is read at: the output's, and a range for each reduced dim
     reduced = tuple(r for r in at if r.op is Ops.RANGE and r not in idxs)
-    return UOp(Ops.REDUCE, u.dtype, (vals[0],) + reduced, u.arg.op) if reduced else vals[0]
+    if not reduced: return vals[0]
+    return picked(vals[0], reduced, u.arg.op) or UOp(Ops.REDUCE, u.dtype, (vals[0],) + reduced, u.arg.op)
   return u.replace(src=tuple(vals))
+
+def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
+  """A sum over ranges r of (r == e ? x : 0), where e doesn't vary with them, is x at r = e, where 0 <= e < r's size:
+  one load of x, not a pass over all of it. An index picks elements so (x[idx], gather, nn.Embedding: see _pick)."""
+  if op is not Ops.ADD or v.op is not Ops.WHERE or v.src[2].op is not Ops.CONST or v.src[2].arg != 0: return None
+  terms, at, rest = [v.src[0]], {}, []
+  while any(t.op is Ops.AND for t in terms): terms = [s for t in terms for s in (t.src if t.op is Ops.AND else (t,))]
+  for t in terms:
+    for a, e in (t.src, t.src[::-1]) if t.op is Ops.CMPEQ else ():
+      r = a.src[0] if (a := simplify(a)).op is Ops.CAST else a  # (an arange is r * 1 + 0 until simplified)
+      if r in reduced and r not in at and not any(q in reduced for q in e.toposort):
+        at[r] = e.cast(dtypes.index)
+        break
+    else: rest.append(t)
+  if len(at) != len(reduced): return None
+  valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
+  x = rebuild(v.src[1], lambda u, new: at.get(u) or (new.gated(valid) if u.op is Ops.LOAD and new is not u else new))
+  return valid.where(x, v.src[2])
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
   return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.kind)), key=lambda r: r.arg.id)
@@ -3597,6 +3744,7 @@ class Renderer:
   buffer_prefix: str = ""  # before a pointer cast to a buffer
   streams: dict[int, str] = field(default_factory=dict)  # a store past the cache (see stream), by the vector's bytes
   fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
+  bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: C's one defined way is a union
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:  # bufs: the kernel's params(), in launch order
     body = self.lines(uops)
@@ -3789,8 +3937,8 @@ string_rules = PatternMatcher(vector_rules + [
     lambda ctx, u, a, b: _narrow(ctx, u, f"((({ctx[a]}<{ctx[b]})|({ctx[b]}!={ctx[b]}))?{ctx[b]}:{ctx[a]})")),
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), _cast),
-  (UPat(Ops.BITCAST, name="u"),  # through a union: C's one defined way to read a value's bits as another type
-    lambda ctx, u: f"((union {{{ctx.types[u.src[0].dtype]} a; {ctx.types[u.dtype]} b;}}){{{ctx[u.src[0]]}}}).b"),
+  (UPat(Ops.BITCAST, name="u"),
+    lambda ctx, u: ctx.bitcast.format(src=ctx.types[u.src[0].dtype], dst=ctx.types[u.dtype], x=ctx[u.src[0]])),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
   (UPat(Ops.LOAD, name="u"), _load),
@@ -3837,9 +3985,11 @@ CUDA = Renderer(
   ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"}, lanes=(".x", ".y", ".z", ".w"),
   vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bool: "bool"},
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
-  barrier="__syncthreads();",
+  barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
-           "half": ("#include <cuda_fp16.h>",)})
+           "half": ("#include <cuda_fp16.h>",),
+           "tiny_bitcast": ("template <class T, class F> __device__ T tiny_bitcast(F x) "
+                            "{ union { F a; T b; } u; u.a = x; return u.b; }",)})
 
 METAL = Renderer(
   "METAL", gpu=True, vector_ops=frozenset({Ops.ADD, Ops.MUL, Ops.NEG}), kernel="kernel void",
@@ -3851,7 +4001,7 @@ METAL = Renderer(
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
-  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
+  barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -4025,6 +4175,7 @@ emulated: dict[Ops, Callable[[Thread, UOp, dict], Any]] = {
   Ops.LOAD: Thread.load, Ops.STORE: Thread.store, Ops.GEP: lambda t, u, vals: vals[u.src[0]][u.arg],
   Ops.VECTORIZE: lambda t, u, vals: tuple(vals[s] for s in u.src),
   Ops.CAST: lambda t, u, vals: _convert(u.dtype, vals[u.src[0]]),
+  Ops.BITCAST: lambda t, u, vals: struct.unpack(u.dtype.fmt, struct.pack(u.src[0].dtype.fmt, vals[u.src[0]]))[0],
   **{op: lambda t, u, vals: exec_alu(u.op, u.dtype, [vals[s] for s in u.src]) for op in GroupOp.ALU}}
 
 def run_thread(t:Thread):
