@@ -4071,10 +4071,10 @@ def _conv_transpose_ref(x:Ref, w:Ref, stride, padding, dilation, groups) -> Ref:
                                                             ((2, 3), (1, 0), (2, 2), 2)])
 def test_conv_transpose2d_matches_a_direct_spread(stride, padding, dilation, groups):
   rng = random.Random(str(stride))
-  x, w = _vals(rng, 2 * 4 * 5 * 3), _vals(rng, 4 * 3 * 3 * 2)
+  x, w = _vals(rng, 4 * 4 * 3), _vals(rng, 4 * 2 * 3 * 2)
   check_op(lambda a, b: a.conv_transpose2d(b, stride=stride, padding=padding, dilation=dilation, groups=groups),
            lambda a, b: _conv_transpose_ref(a, b, stride, padding, dilation, groups),
-           (x, (2, 4, 5, 3)), (w, (4, 3, 3, 2)))
+           (x, (1, 4, 4, 3)), (w, (4, 2, 3, 2)))
 
 def test_interpolate_sdpa_and_einsum_match_their_formulas():
   rng = random.Random(10)
@@ -4279,7 +4279,7 @@ def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
 def test_every_cuda_kernel_compiles_with_nvrtc(monkeypatch, arch):
   sources = list(rendered(monkeypatch, "CUDA"))
   if arch == "sm_90":  # the same sources again, for a newer arch: every one with shared memory or half, and a sample
-    sources = [s for i, s in enumerate(sources) if i % 6 == 0 or "__shared__" in s or "half" in s]
+    sources = [s for i, s in enumerate(sources) if i % 12 == 0 or "__shared__" in s or "half" in s]
   # separate NVRTC programs may compile at once (ctypes lets go of the GIL); a CompileError shows log and source
   with concurrent.futures.ThreadPoolExecutor() as pool:
     binaries = list(pool.map(lambda src: cuda_rt.nvrtc_compile(src, arch), sources))
