@@ -4123,6 +4123,10 @@ def test_losses_match_their_formulas():
   check_op(lambda t: t.cross_entropy(Tensor(labels), label_smoothing=0.1), smooth, (logits, (5, 7)))
   check_op(lambda t: t.log_softmax(1).nll_loss(Tensor(labels), reduction="sum"),
            lambda r: Ref([-sum(lsm(r, i)[labels[i]] for i in range(5))], ()), (logits, (5, 7)))
+  ws = [0.5 + k / 7 for k in range(7)]  # class weights: picked by the labels, a gather inside the loss's reduce
+  check_op(lambda t: t.log_softmax(1).nll_loss(Tensor(labels), weight=Tensor(ws)),
+           lambda r: Ref([-sum(ws[labels[i]] * lsm(r, i)[labels[i]] for i in range(5)) / sum(ws[y] for y in labels)], ()),
+           (logits, (5, 7)))
   assert_close(Tensor(logits).reshape(5, 7).sparse_categorical_crossentropy(Tensor(labels), ignore_index=6).item(),
                -sum(lsm(Ref(logits, (5, 7)), i)[labels[i]] for i in (0, 1, 4)) / 3, rtol=1e-5)
   p, y = [rng.uniform(0.1, 0.9) for _ in range(6)], [rng.uniform(0, 1) for _ in range(6)]
@@ -4132,6 +4136,17 @@ def test_losses_match_their_formulas():
   check_op(lambda t: t.binary_crossentropy_logits(Tensor(y)),
            lambda r: bce(r.map(lambda v: 1 / (1 + math.exp(-v)))), ([math.log(v / (1 - v)) for v in p], (6,)))
   with pytest.raises(ValueError, match="reduction"): Tensor(p).binary_crossentropy(Tensor(y), reduction="avg")
+
+def test_a_gather_in_a_kernel_the_heuristic_tiles():  # (a load whose address reads memory has no stride to tile by)
+  rng = random.Random(13)
+  x, y = _vals(rng, 32 * 10), [rng.randrange(10) for _ in range(32)]
+  t = Tensor(x).reshape(32, 10)
+  t.log_softmax(1).nll_loss(Tensor(y)).realize()  # the forward pass realized first: its gradient's kernels differ
+  g, = t.log_softmax(1).nll_loss(Tensor(y)).sum().gradient(t)
+  def row_grad(i):  # (softmax - one hot) / rows
+    e = [math.exp(v - max(x[i * 10:i * 10 + 10])) for v in x[i * 10:i * 10 + 10]]
+    return [(p / sum(e) - (c == y[i])) / 32 for c, p in enumerate(e)]
+  assert_close(g.tolist(), [row_grad(i) for i in range(32)], rtol=1e-4, atol=1e-6)
 
 def test_creation_and_random_composites():
   assert Tensor.randn(2, 3, requires_grad=True).requires_grad and Tensor.zeros(2).requires_grad is None

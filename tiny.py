@@ -3309,10 +3309,10 @@ def _may_be_lanes(sink:UOp, r:UOp) -> bool:  # not the rows of a row kept on the
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
 def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next element as r steps (other ranges at 0)
-  def at(addr:UOp, v:int) -> int:
-    at_v = {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}
-    return simplify(substitute(addr, at_v)).arg
-  return all(at(x.addr, 1) - at(x.addr, 0) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
+  def at(addr:UOp, v:int) -> UOp:  # (a constant, unless the address reads memory: a gather's)
+    return simplify(substitute(addr, {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}))
+  def step(addr:UOp) -> int|None: return b.arg - a.arg if (a := at(addr, 0)).op is (b := at(addr, 1)).op is Ops.CONST else None
+  return all(step(x.addr) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
