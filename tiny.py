@@ -1034,7 +1034,8 @@ class Tensor:
     if not all(isinstance(v, int) for v in (low, high)):
       raise TypeError(f"randint's low={low} and high={high} are ints")
     if low >= high: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
-    return ((Tensor.rand(*shape, device=device) * (high - low)).cast(dtypes.int64) + low).cast(dtype)  # (floor: >= 0)
+    # (the cast truncates: of a value >= 0, that is its floor)
+    return ((Tensor.rand(*shape, device=device) * (high - low)).cast(dtypes.int64) + low).cast(dtype)
   @staticmethod
   def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor:
     return Tensor.rand(n, device=device).argsort().cast(dtype)
@@ -1064,7 +1065,8 @@ class Tensor:
   def dropout(self, p:float=0.5) -> Tensor:  # zeroes each element with probability p in Tensor.train(), scales the rest
     if not 0 <= p <= 1: raise ValueError(f"dropout's p={p} is not in [0, 1]")
     if not Tensor.training or p == 0: return self
-    return (Tensor.rand(*self.shape, device=self.device) >= p).where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
+    if p == 1: return self * 0
+    return (Tensor.rand(*self.shape, device=self.device) >= p).where(self, 0) * (1 / (1 - p))
 
   # --- elementwise
   def _const(self, v) -> Tensor:
@@ -1116,7 +1118,8 @@ class Tensor:
     if rounding_mode and dtypes.is_int(a.dtype):
       return a._like(a.uop.alu(Ops.IDIV, b.uop)) if rounding_mode == "trunc" else a.divmod(b)[0]
     q = a._float() * b._float().reciprocal()
-    return q if rounding_mode is None else q.trunc() if rounding_mode == "trunc" else q.floor()
+    if rounding_mode is None: return q
+    return q.trunc() if rounding_mode == "trunc" else q.floor()
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and numpy's: the remainder takes the divisor's sign. For ints,
     both are 0 where the divisor is (C's truncating / and % underneath, with python_alu's results at the edges)."""
@@ -1229,10 +1232,12 @@ class Tensor:
   def trunc(self) -> Tensor:  # a float this large is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
     return (self.abs() < 2 ** 23).where(self.cast(dtypes.int32).cast(self.dtype), self)
-  def floor(self) -> Tensor:
-    return (t := self.trunc()) - (t > self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
-  def ceil(self) -> Tensor:
-    return (t := self.trunc()) + (t < self).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+  def floor(self) -> Tensor:  # trunc, one lower where that rounded up
+    if not dtypes.is_float(self.dtype): return self
+    return (t := self.trunc()) - (t > self).cast(self.dtype)
+  def ceil(self) -> Tensor:  # trunc, one higher where that rounded down
+    if not dtypes.is_float(self.dtype): return self
+    return (t := self.trunc()) + (t < self).cast(self.dtype)
   def round(self) -> Tensor:  # half to even, as numpy and torch
     if not dtypes.is_float(self.dtype): return self
     f = self.floor()
@@ -1273,7 +1278,7 @@ class Tensor:
         if bit == "1": out = out * base
         base = base * base
       return out
-    if not dtypes.is_float(self.dtype) and not isinstance(x, Tensor) and not isinstance(x, float):
+    if not dtypes.is_float(self.dtype) and not isinstance(x, (Tensor, float)):
       raise DTypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
@@ -1604,8 +1609,8 @@ class Tensor:
                                                             *[n if j == k else 1 for j in range(len(sizes))])
       hit = at == places if hit is None else hit & (at == places)
     out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
-    r, b, at = len(rest), len(shape), dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
-    return out.permute(*range(at), *range(r, r + b), *range(at, r))
+    r, b, first = len(rest), len(shape), dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
+    return out.permute(*range(first), *range(r, r + b), *range(first, r))
   def __setitem__(self, idx, value):
     """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
     step 1) is v padded out to x's shape; any other index scatters v to the flat places it picks."""
