@@ -814,6 +814,9 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
                lambda x, d, s, b, a: (x._along(d, s - b, s), x._along(d, 0, a))),
 }
 
+def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
+  return (v,) * dims if isinstance(v, int) else tuple(v)
+
 def creates(fn:Callable) -> Callable:
   """A method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
   @functools.wraps(fn)
@@ -1647,10 +1650,10 @@ class Tensor:
        any(i > s for i, s in zip(index.shape, src.shape)):
       raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}, "
                        f"or src's {src.shape}")
-    grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
-    hit = (index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)).transpose(d, -1).pad(grow)
     if src.dtype != self.dtype:
       raise DTypeError(f"scatter of {src.dtype.name} into {self.dtype.name}: dtypes must match")
+    grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
+    hit = (index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)).transpose(d, -1).pad(grow)
     src = src.shrink(tuple((0, i) for i in index.shape))
     return hit, src.unsqueeze(-1).transpose(d, -1).pad(grow)
   def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
@@ -1800,10 +1803,11 @@ class Tensor:
     return x if bias is None else x + bias.reshape(shape)
   def _pool(self, kernel:tuple[int, ...], stride=1, dilation=1) -> Tensor:
     """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, as a view. Along
-    a dim of size n, the input repeated and read in rows of L = dilation (mod n): row j starts j*dilation further on;
-    each row cut to its out steps of stride. No data moves, and a kernel reads the input where each window lies."""
+    a dim of size n, the input is repeated and read in rows of a length that is dilation more than a multiple of n, so
+    row j starts j*dilation further on; each row is cut to its out steps of stride. No data moves: a kernel reads the
+    input where each window lies."""
     dims = len(kernel)
-    stride, dilation = [(v,) * dims if isinstance(v, int) else tuple(v) for v in (stride, dilation)]
+    stride, dilation = per_dim(stride, dims), per_dim(dilation, dims)
     lead, size = self.ndim - dims, self.shape[-dims:]
     out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(size, kernel, stride, dilation)]
     if any(v <= 0 for v in out): raise ShapeError(f"a kernel {tuple(kernel)} is larger than the (padded) input {size}")
@@ -1817,7 +1821,7 @@ class Tensor:
     return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(dims)], *[lead + 2 * i for i in range(dims)])
   @staticmethod
   def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
-    if isinstance(padding, int): padding = (padding,) * dims  # for each, or torch's flat pairs (the last dim's first)
+    padding = per_dim(padding, dims)  # for each, or torch's flat pairs (the last dim's first)
     if len(padding) == dims: return [(p, p) for p in padding]
     return [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
@@ -1839,8 +1843,7 @@ class Tensor:
     """The gradient of conv2d with respect to its input: the input spread stride apart, padded by what the kernel
     overhangs, convolved with the kernel flipped, its in and out channels swapped. weight is (C, O/groups, *kernel)."""
     (c, per_group, *kernel), dims = weight.shape, weight.ndim - 2
-    stride, dilation, output_padding = [(v,) * dims if isinstance(v, int) else tuple(v)
-                                        for v in (stride, dilation, output_padding)]
+    stride, dilation, output_padding = per_dim(stride, dims), per_dim(dilation, dims), per_dim(output_padding, dims)
     padding = Tensor._pads(padding, dims)
     x = self
     for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
@@ -1855,15 +1858,14 @@ class Tensor:
   def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> tuple[tuple, tuple, tuple, list, list]:
     """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
     each dim: enough for one more window where the last would start inside the input or its padding before."""
-    kernel = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+    kernel = per_dim(kernel_size, 2)
     dims = len(kernel)
-    stride = kernel if stride is None else (stride,) * dims if isinstance(stride, int) else tuple(stride)
-    dilation = (dilation,) * dims if isinstance(dilation, int) else tuple(dilation)
+    stride, dilation = kernel if stride is None else per_dim(stride, dims), per_dim(dilation, dims)
     pads = Tensor._pads(padding, dims)
     extra = [0] * dims
     for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
-      span, out = n + b + a - d * (k - 1) - 1, (n + b + a - d * (k - 1) - 1) // s + 1
-      if ceil_mode and span % s and (out * s < n + b): extra[i] = s - span % s
+      span = n + b + a - d * (k - 1) - 1  # where the last window may start: it starts every s, out of them
+      if ceil_mode and span % s and (span // s + 1) * s < n + b: extra[i] = s - span % s
     return kernel, stride, dilation, pads, extra
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
@@ -1871,12 +1873,13 @@ class Tensor:
     low = dtypes.min(self.dtype)
     windows = self.pad(grow, value=low)._pool(kernel, stride, dilation)
     axes = tuple(range(-len(kernel), 0))
-    if not return_indices: return windows.max(axes)
+    top = windows.max(axes, keepdim=True)
+    if not return_indices: return top.reshape(top.shape[:-len(kernel)])
     size = prod(self.shape[-len(kernel):])  # each input place's flat number, counted down: the max's first is largest
     countdown = (Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(kernel):])
                  .pad(grow[-len(kernel):]))
-    hit = windows == windows.max(axes, keepdim=True)
-    return windows.max(axes), (size - (hit * countdown._pool(kernel, stride, dilation)).max(axes)).cast(dtypes.int32)
+    where = size - ((windows == top) * countdown._pool(kernel, stride, dilation)).max(axes)
+    return top.reshape(top.shape[:-len(kernel)]), where.cast(dtypes.int32)
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
@@ -1984,9 +1987,9 @@ class Tensor:
 
   # --- losses: reduction is "mean", "sum" or "none"
   def _reduction(self, reduction:str) -> Tensor:
-    if reduction not in ("mean", "sum", "none"):
-      raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
-    return self.mean() if reduction == "mean" else self.sum() if reduction == "sum" else self
+    reduce = {"mean": Tensor.mean, "sum": Tensor.sum, "none": lambda t: t}
+    if reduction not in reduce: raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
+    return reduce[reduction](self)
   def cross_entropy(self, Y:Tensor, reduction="mean", label_smoothing=0.0) -> Tensor:
     """Logits (N, C, ...) or (C,) against class indices, or probabilities of the logits' shape."""
     if not 0 <= label_smoothing <= 1: raise ValueError(f"label_smoothing={label_smoothing} is not in [0, 1]")
@@ -2008,7 +2011,7 @@ class Tensor:
   def sparse_categorical_crossentropy(self, Y:Tensor, ignore_index=-1, label_smoothing=0.0, reduction="mean") -> Tensor:
     """Logits (..., C) against class indices (...), ignore_index's not counted."""
     logp, keep = self.log_softmax(-1), (Y != ignore_index)
-    picked = (logp * (Y.unsqueeze(-1) == Tensor.arange(self.shape[-1], device=self.device))).sum(-1)
+    picked = (logp * Y.one_hot(self.shape[-1])).sum(-1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * logp.mean(-1)) * keep
     return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
   def binary_crossentropy(self, Y:Tensor, reduction="mean") -> Tensor:
@@ -2309,7 +2312,7 @@ class Linear:
 class Conv2d:
   def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                bias=True):
-    self.kernel_size = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+    self.kernel_size = per_dim(kernel_size, 2)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     shape = (out_channels, in_channels // groups, *self.kernel_size)
     self.weight = parameter(Tensor.kaiming_uniform(*shape, a=math.sqrt(5)))
@@ -3316,7 +3319,9 @@ def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r 
 def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next element as r steps (other ranges at 0)
   def at(addr:UOp, v:int) -> UOp:  # (a constant, unless the address reads memory: a gather's)
     return simplify(substitute(addr, {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}))
-  def step(addr:UOp) -> int|None: return b.arg - a.arg if (a := at(addr, 0)).op is (b := at(addr, 1)).op is Ops.CONST else None
+  def step(addr:UOp) -> int|None:
+    a, b = at(addr, 0), at(addr, 1)
+    return b.arg - a.arg if a.op is b.op is Ops.CONST else None
   return all(step(x.addr) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
 def local_opts(sink:UOp, dev:Target) -> list[Opt]:
