@@ -463,72 +463,172 @@ def first_calls(dev:str, peers:list[Peer]) -> list[dict]:
   shutil.rmtree(env["TINY_CACHE"], ignore_errors=True)
   return rows
 
-# A training step of a 784-256-10 MLP on a batch of 64 with Adam: forward, backward and the update, as a user runs it.
-# Each library alone in a process of its own (a peer's thread pool would slow the next contender), each step timed
-# after warm-up; tiny eagerly (realize) and under TinyJit, torch eagerly, tinygrad under its TinyJit.
-TRAIN_STEP = """
-import os, sys, time, json, random
-lib, dev = sys.argv[1], sys.argv[2]
+# Whole model steps at batch 1 or 64, as a user runs them: an MLP's inference, a decoder layer's step over a key-value
+# cache, a training step with Adam, and GPT-2 generating tokens. tiny and tinygrad run the same code (their Tensors
+# spell it alike); torch its own. Each library alone in a process of its own (a peer's thread pool would slow the next
+# contender), each step timed after warm-up: tiny eagerly (realize) and under TinyJit, torch eagerly, tinygrad under
+# its TinyJit.
+MODEL_STEP = r"""
+import os, sys, time, json, math, random
+model, lib, dev, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+weights = sys.argv[5] if len(sys.argv) > 5 else ""  # a GPT-2 safetensors file (Hugging Face's names), else random
 os.environ.setdefault("DEV", dev)  # tinygrad's default device, where its layers are made
 os.environ.setdefault("TRAINING", "1")  # (tinygrad 0.14's optimizers ask for it)
 rng = random.Random(0)
-data = [[rng.uniform(-1, 1) for _ in range(784)] for _ in range(64)], [rng.randrange(10) for _ in range(64)]
-if lib in ("tiny", "tiny-jit", "tinygrad"):
-  if lib == "tinygrad": from tinygrad import Tensor, TinyJit, nn
-  else: from tiny import Tensor, TinyJit, nn
+SHAPES = {"mlp": (1, 784, 512, 10), "decoder": (1, 256, 4, 64), "gpt2": (12, 768, 12, 128)}  # layers, d, heads, cache
+
+if lib == "torch":
+  import torch
+  torch.set_grad_enabled(model == "train")  # inference as torch's users run it: no autograd records
+  F = torch.nn.functional
+  def gelu(x): return F.gelu(x, approximate="tanh")
+  def layernorm(x, w, b): return F.layer_norm(x, x.shape[-1:], w, b)
+  def new(*shape, std=0.02): return torch.randn(*shape) * std
+  ones, zeros, arange = torch.ones, torch.zeros, torch.arange
+  def write(cache, at, value): cache[:, at:at + 1] = value  # in place, at the token's position (an int)
+else:
+  if lib == "tinygrad": from tinygrad import Tensor, TinyJit, nn, dtypes
+  else: from tiny import Tensor, TinyJit, nn, dtypes
   Tensor.manual_seed(0)
+  def gelu(x): return x.gelu()
+  def layernorm(x, w, b): return x.layernorm() * w + b
+  def new(*shape, std=0.02): return (Tensor.randn(*shape) * std).realize()
+  def ones(*shape): return Tensor.ones(*shape).contiguous().realize()
+  def zeros(*shape): return Tensor.zeros(*shape).contiguous().realize()
+  arange = Tensor.arange
+  def write(cache, at, value):  # at the token's position (a tensor: the same kernels for every position)
+    cache.assign((Tensor.arange(cache.shape[1]).reshape(1, -1, 1) == at).where(value, cache))
+
+class Decoder:  # GPT-2's layers, in its weights' names and layout (x @ w + b), over a key-value cache of `ctx` tokens
+  def __init__(self, layers, d, heads, ctx, vocab=0, state=None):
+    self.d, self.heads, self.ctx, self.vocab = d, heads, ctx, vocab
+    shapes = {"ln_1.weight": (d,), "ln_1.bias": (d,), "attn.c_attn.weight": (d, 3 * d), "attn.c_attn.bias": (3 * d,),
+              "attn.c_proj.weight": (d, d), "attn.c_proj.bias": (d,), "ln_2.weight": (d,), "ln_2.bias": (d,),
+              "mlp.c_fc.weight": (d, 4 * d), "mlp.c_fc.bias": (4 * d,), "mlp.c_proj.weight": (4 * d, d),
+              "mlp.c_proj.bias": (d,)}
+    made = {f"h.{i}.{k}": (ones if k.startswith("ln") and k.endswith("weight") else zeros if k.endswith("bias")
+                           else new)(*shape) for i in range(layers) for k, shape in shapes.items()}
+    if vocab: made |= {"wte.weight": new(vocab, d), "wpe.weight": new(1024, d, std=0.01), "ln_f.weight": ones(d),
+                       "ln_f.bias": zeros(d)}
+    self.w = state or made
+    self.caches = [(zeros(heads, ctx, d // heads), zeros(heads, ctx, d // heads)) for _ in range(layers)]
+  def layer(self, i, x, pos):  # x: (1, d)
+    w, (keys, values), h, n = (lambda k: self.w[f"h.{i}.{k}"]), self.caches[i], self.heads, self.d // self.heads
+    q, k, v = (layernorm(x, w("ln_1.weight"), w("ln_1.bias")) @ w("attn.c_attn.weight") + w("attn.c_attn.bias")) \
+      .reshape(3, h, 1, n).split(1)
+    write(keys, pos, k.reshape(h, 1, n)); write(values, pos, v.reshape(h, 1, n))
+    scores = (q.reshape(h, 1, n) @ keys.transpose(1, 2)) / math.sqrt(n)
+    attended = ((arange(self.ctx) <= pos).where(scores, -math.inf) if lib != "torch" else
+                scores.masked_fill(arange(self.ctx) > pos, -math.inf)).softmax(-1) @ values
+    x = x + attended.reshape(1, self.d) @ w("attn.c_proj.weight") + w("attn.c_proj.bias")
+    up = gelu(layernorm(x, w("ln_2.weight"), w("ln_2.bias")) @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"))
+    return x + up @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias")
+  def __call__(self, x, pos):  # a token's hidden state, or (with a vocabulary) a token, to the next token
+    if self.vocab: x = self.w["wte.weight"][x] + self.w["wpe.weight"][pos]
+    for i in range(len(self.caches)): x = self.layer(i, x, pos)
+    if not self.vocab: return x
+    return (layernorm(x, self.w["ln_f.weight"], self.w["ln_f.bias"]) @ self.w["wte.weight"].T).argmax(-1)
+
+def mlp_parts():
+  x = [[rng.uniform(-1, 1) for _ in range(784)]]
+  if lib == "torch":
+    l1, l2 = torch.nn.Linear(784, 512), torch.nn.Linear(512, 10)
+    return lambda x: l2(l1(x).relu()).softmax(-1), [torch.tensor(x)]
+  l1, l2 = nn.Linear(784, 512), nn.Linear(512, 10)
+  Tensor.realize(*nn.state.get_parameters([l1, l2]))  # (as weights loaded from a file would be)
+  return lambda x: l2(l1(x).relu()).softmax(-1), [Tensor(x).realize()]
+
+def train_parts():
+  data = [[rng.uniform(-1, 1) for _ in range(784)] for _ in range(64)], [rng.randrange(10) for _ in range(64)]
+  if lib == "torch":
+    l1, l2 = torch.nn.Linear(784, 256), torch.nn.Linear(256, 10)
+    opt = torch.optim.Adam(list(l1.parameters()) + list(l2.parameters()), lr=1e-3)
+    def step(x, y):
+      opt.zero_grad()
+      loss = F.cross_entropy(l2(l1(x).relu()), y)
+      loss.backward()
+      opt.step()
+      return loss
+    return step, [torch.tensor(data[0]), torch.tensor(data[1])]
   Tensor.training = True  # (older tinygrad's optimizers ask for it)
   l1, l2 = nn.Linear(784, 256), nn.Linear(256, 10)
   opt = nn.optim.Adam(nn.state.get_parameters([l1, l2]), lr=1e-3)
-  x, y = Tensor(data[0], device=dev), Tensor([[float(c == k) for k in range(10)] for c in data[1]], device=dev)
   def step(x, y):
     opt.zero_grad()
     loss = -l2(l1(x).relu()).log_softmax(-1).mul(y).sum(-1).mean()
     loss.backward()
     opt.step()
     return loss
-  run = step if lib == "tiny" else TinyJit(step)
-  def call(): return run(x, y).item()
+  return step, [Tensor(data[0]).realize(), Tensor([[float(c == k) for k in range(10)] for c in data[1]]).realize()]
+
+def decoder_parts(layers, d, heads, ctx, vocab=0):
+  state = None
+  if weights and lib == "torch": state = {k: torch.tensor(v.numpy()) for k, v in safe_open(weights).items()}
+  elif weights: state = {k: v.to(dev).float().realize() for k, v in nn.state.safe_load(weights).items()}
+  if state: state = {k.removeprefix("transformer."): v for k, v in state.items()}
+  net = Decoder(layers, d, heads, ctx, vocab, state)
+  tensor = torch.tensor if lib == "torch" else lambda v: Tensor(v).realize()
+  token = tensor([0] if vocab else [[rng.uniform(-1, 1) for _ in range(d)]])
+  positions = [i if lib == "torch" else tensor([i]) for i in range(ctx)]  # (torch indexes by an int)
+  return net, token, positions
+
+def safe_open(path):
+  from safetensors.numpy import load_file
+  return load_file(path)
+
+sizes = SHAPES.get(model)
+if model == "mlp": fn, args = mlp_parts()
+elif model == "train": fn, args = train_parts()
 else:
-  import torch
-  l1, l2 = torch.nn.Linear(784, 256), torch.nn.Linear(256, 10)
-  opt = torch.optim.Adam(list(l1.parameters()) + list(l2.parameters()), lr=1e-3)
-  x, y = torch.tensor(data[0]), torch.tensor(data[1])
-  def call():
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(l2(l1(x).relu()), y)
-    loss.backward()
-    opt.step()
-    return loss.item()
-losses = [call() for _ in range(5)]
+  net, token, positions = decoder_parts(*sizes, vocab=50257 if model == "gpt2" else 0)
+  fn, at = net, iter(positions * (steps + 10))
+if lib != "torch": run = (TinyJit(fn) if lib != "tiny" else fn)
+else: run = fn
+def call():
+  if model in ("decoder", "gpt2"):
+    global token
+    out = run(token if model == "decoder" else token, next(at))
+    if model == "gpt2": token = out
+  else: out = run(*args)
+  if lib == "torch": return float(out.reshape(-1)[0])  # (eager: done once the value is there)
+  return out.realize().tolist() if model != "train" else out.item()
+first = [call() for _ in range(5)]
 times = []
-for _ in range(int(sys.argv[3])):
-  start = time.perf_counter(); losses.append(call()); times.append(time.perf_counter() - start)
-info = {"seconds": sorted(times)[len(times) // 2], "learns": losses[-1] < losses[0]}
+for _ in range(steps):
+  start = time.perf_counter(); last = call(); times.append(time.perf_counter() - start)
+info = {"seconds": sorted(times)[len(times) // 2]}
+if model == "train": info["learns"] = last < first[0]
 if lib == "tiny-jit":
   replay, = run.replays.values()
   info |= {"kernels": len(replay.launches),
-           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) +
-                    sum(n * d.itemsize for _, n, d in replay.made)}
+           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) + sum(n * d.itemsize for _, n, d in replay.made)}
 print(json.dumps(info))
 """
 
-def training_row(dev:str, peers:list[Peer], steps:int) -> dict:
+MODELS = {"mlp": ("step: MLP 784-512-10", "batch 1"), "decoder": ("step: decoder layer, d=256", "64-token cache"),
+          "train": ("train step: MLP 784-256-10, Adam", "batch 64"), "gpt2": ("GPT-2 124M: a token", "batch 1")}
+
+def model_row(model:str, dev:str, peers:list[Peer], steps:int, weights:str="") -> dict:
   def timed(lib:str) -> dict:
-    run = subprocess.run([sys.executable, "-c", TRAIN_STEP, lib, dev, str(steps)], capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.abspath(__file__)))
-    if run.returncode != 0: print(f"\ntraining step, {lib}: {run.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-    return json.loads(run.stdout) if run.returncode == 0 else {"seconds": "error", "learns": False}
+    run = subprocess.run([sys.executable, "-c", MODEL_STEP, model, lib, dev, str(steps), weights], capture_output=True,
+                         text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+    if run.returncode != 0: print(f"\n{model}, {lib}: {run.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+    return json.loads(run.stdout) if run.returncode == 0 else {"seconds": "error"}
   jit, eager = timed("tiny-jit"), timed("tiny")
   times = {p.name: timed(p.name)["seconds"] if p.name in ("torch", "tinygrad") else "—" for p in peers}
-  tiny = jit["seconds"] if jit["learns"] else "WRONG"
-  return {"name": "train step: MLP 784-256-10, Adam", "size": "batch 64", "shape": (64, 784), "bytes": 0, "flops": 0,
-          "tiny": tiny, "baseline": eager["seconds"], "seconds": times | {"tiny": tiny, "baseline": eager["seconds"]},
-          "gb_per_s": None, "gflop_per_s": None, "pct_peak": None, "python_seconds": None,
+  tiny = "WRONG" if not jit.get("learns", True) else jit["seconds"]
+  torch = times.get("torch")
+  def vs_torch(s): return f"{s / torch:.2f}x torch" if isinstance(s, float) and isinstance(torch, float) else "—"
+  notes = f"TinyJit {vs_torch(tiny)}; baseline: realize() {vs_torch(eager['seconds'])}; " \
+          f"{jit.get('kernels', '?')} kernels, {jit.get('bytes', 0) / 2**20:.1f} MB of buffers"
+  if model == "gpt2" and isinstance(tiny, float):
+    notes += f"; {1 / tiny:.1f} tokens/s" + (f" (torch {1 / torch:.1f})" if isinstance(torch, float) else "")
+  name, size = MODELS[model]
+  return {"name": name, "size": size, "shape": (), "bytes": 0, "flops": 0, "tiny": tiny, "baseline": eager["seconds"],
+          "seconds": times | {"tiny": tiny, "baseline": eager["seconds"]}, "gb_per_s": None, "gflop_per_s": None,
+          "pct_peak": None, "python_seconds": None,
           "vs_baseline": tiny / eager["seconds"] if isinstance(tiny, float) and isinstance(eager["seconds"], float)
-                         else None,
-          "kernels": [f"TinyJit; baseline: realize(); {jit.get('kernels', '?')} kernels a step, "
-                      f"{jit.get('bytes', 0) / 2**20:.1f} MB of buffers"]}
+                         else None, "kernels": [notes]}
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The table, and the same numbers as JSON.
@@ -579,6 +679,8 @@ def main():
   parser.add_argument("--quick", action="store_true", help="a few rows at 1M elements: CI's smoke run")
   parser.add_argument("--sizes", type=parse_sizes, default="100K,1M,10M", help="element counts of vma, sum and softmax")
   parser.add_argument("--big", action="store_true", help="100M elements too (VMA moves 1.6 GB)")
+  parser.add_argument("--gpt2", metavar="PATH", default="",
+                      help="GPT-2's weights as safetensors (Hugging Face's model.safetensors), else random ones")
   parser.add_argument("--json", metavar="PATH", help="write the results, with device, versions and date, here")
   args = parser.parse_args()
   dev = args.device or Device.DEFAULT
@@ -603,8 +705,9 @@ def main():
     for prog in PROGRAMS + COMPOSITES:
       progress(prog.name)
       results.append(program_row(prog, dev, peers, reps, budget))
-  progress("a training step, each library in its own process")
-  results.append(training_row(dev, peers, 20 if args.quick else 200))
+  for model in ["train"] if args.quick else MODELS:
+    progress(f"{MODELS[model][0]}, each library in its own process")
+    results.append(model_row(model, dev, peers, 20 if args.quick else 20 if model == "gpt2" else 200, args.gpt2))
   progress("first calls in a new process")
   results += first_calls(dev, peers)
   progress("")

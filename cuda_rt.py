@@ -81,6 +81,17 @@ API = {  # library -> function -> (restype, *argtypes) as in the C prototypes; C
     "nvrtcGetErrorString": (c_char_p, c_int)},  # the enum's own name, e.g. "NVRTC_ERROR_COMPILATION"
 }
 
+# graphs of kernel nodes, with CUDA 12's _v2 parameter struct (the first one and two more fields, left NULL): a driver
+# without them launches a replay's kernels one by one
+GRAPHS = {
+  "cuGraphCreate": (Status, P(c_void_p), c_uint),
+  "cuGraphAddKernelNode_v2": (Status, P(c_void_p), c_void_p, P(c_void_p), c_size_t, c_void_p),
+  "cuGraphInstantiateWithFlags": (Status, P(c_void_p), c_void_p, c_uint64),
+  "cuGraphExecKernelNodeSetParams_v2": (Status, c_void_p, c_void_p, c_void_p),
+  "cuGraphLaunch": (Status, c_void_p, c_void_p),
+  "cuGraphExecDestroy": (Status, c_void_p), "cuGraphDestroy": (Status, c_void_p)}
+API["libcuda"] |= GRAPHS
+
 def _describe_cuda(cu: ctypes.CDLL, status: int) -> str:
   name, text = c_char_p(), c_char_p()
   cu.cuGetErrorName(status, byref(name))
@@ -99,6 +110,7 @@ def _lib(name: str) -> ctypes.CDLL:
   # CUDA 12.8 added cuEventElapsedTime_v2 and cuda.h 13 maps the plain name to it; older drivers have only the plain one
   if hasattr(lib, "cuEventElapsedTime_v2"): lib.cuEventElapsedTime = lib.cuEventElapsedTime_v2
   for fname, (restype, *argtypes) in API[name].items():
+    if fname in GRAPHS and not hasattr(lib, fname): continue
     fn = getattr(lib, fname)
     fn.restype, fn.argtypes = restype, argtypes
     if restype is Status: fn.errcheck = check
@@ -165,6 +177,8 @@ class CUDADevice:
     return value.value
   def compile(self, src: str) -> bytes: return nvrtc_compile(src, self.arch, self.ptx)
   def load(self, name: str, binary: bytes) -> "CUDAProgram": return CUDAProgram(self, name, binary)
+  def graph(self, kernels: list) -> "CUDAGraph | None":
+    return CUDAGraph(self, kernels) if all(hasattr(self.cu, f) for f in GRAPHS) else None
   def alloc(self, nbytes: int) -> int:
     self.use()
     ptr = c_uint64()
@@ -215,3 +229,39 @@ class CUDAProgram:
     self.cu.cuEventElapsedTime(byref(ms), start, end)
     for ev in (start, end): self.cu.cuEventDestroy_v2(ev)
     return ms.value * 1e-3
+
+class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
+  _fields_ = [("func", c_void_p), *[(f"{kind}Dim{axis}", c_uint) for kind in ("grid", "block") for axis in "XYZ"],
+              ("sharedMemBytes", c_uint), ("kernelParams", P(c_void_p)), ("extra", P(c_void_p)),
+              ("kern", c_void_p), ("ctx", c_void_p)]
+
+class Node:  # a kernel node of a graph: its parameters, the argument values they point at, and their buffers' slots
+  def __init__(self, prog: CUDAProgram, slots: list[int], global_size, local_size):
+    self.handle, self.slots, self.args = c_void_p(), slots, (c_uint64 * len(slots))()
+    pointers = (c_void_p * len(slots))(*[ctypes.addressof(self.args) + 8 * i for i in range(len(slots))])
+    self.params = KernelNodeParams(prog.func, *global_size, *local_size, 0, pointers)
+
+class CUDAGraph:
+  """Kernels (each with the slots of its buffers and its sizes) as one CUDA graph, a chain of kernel nodes, each run
+  after the one before. A call binds buffers by slot, sets the parameters of each node whose buffers changed since
+  the last call (the driver copies them), and launches the whole graph once."""
+  def __init__(self, dev: CUDADevice, kernels: list):
+    self.dev, self.graph, self.exec = dev, c_void_p(), c_void_p()
+    self.nodes = [Node(*kernel) for kernel in kernels]
+    dev.use()
+    dev.cu.cuGraphCreate(byref(self.graph), 0)
+    for before, node in zip([None, *self.nodes], self.nodes):
+      after = (c_void_p * 1)(before.handle.value) if before else None
+      dev.cu.cuGraphAddKernelNode_v2(byref(node.handle), self.graph, after, int(before is not None),
+                                     byref(node.params))
+    dev.cu.cuGraphInstantiateWithFlags(byref(self.exec), self.graph, 0)
+  def __call__(self, bufs: list[int]) -> None:
+    self.dev.use()
+    for node in self.nodes:
+      if list(node.args) != (ptrs := [bufs[s] for s in node.slots]):
+        node.args[:] = ptrs
+        self.dev.cu.cuGraphExecKernelNodeSetParams_v2(self.exec, node.handle, byref(node.params))
+    self.dev.cu.cuGraphLaunch(self.exec, None)
+  def __del__(self):
+    if self.exec: self.dev.cu.cuGraphExecDestroy(self.exec)
+    if self.graph: self.dev.cu.cuGraphDestroy(self.graph)

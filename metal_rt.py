@@ -159,6 +159,26 @@ class MetalDevice:
     return seconds
   def synchronize(self) -> None:
     while self.in_flight: self.finish(*self.in_flight.popleft())
+  def run(self, name: str, kernels: list, wait: bool) -> float | None:
+    """Encodes kernels (each a program, its buffers and its sizes) into one command buffer, in order, and commits it:
+    a compute encoder's dispatches run one after another, each seeing what the one before wrote."""
+    for prog, _, _, local_size in kernels: prog.check(local_size)  # (an encoder must end once begun)
+    # release what already finished, so launches without a synchronize() hold only the buffers still running
+    while self.in_flight and send(self.in_flight[0][1], "status") >= COMPLETED: self.finish(*self.in_flight.popleft())
+    with autorelease_pool():
+      cbuf = send(self.queue, "commandBuffer")
+      enc = send(cbuf, "computeCommandEncoder")
+      for prog, bufs, global_size, local_size in kernels: prog.encode(enc, bufs, global_size, local_size)
+      send(enc, "endEncoding")
+      send(cbuf, "commit")
+      cbuf = send(cbuf, "retain")  # the pool would free it before finish() reads its status, error and times
+    if wait: return self.finish(name, cbuf)
+    self.in_flight.append((name, cbuf))
+    return None
+  def graph(self, kernels: list):
+    """Kernels (each with the slots of its buffers and its sizes) as one command buffer a call: buffers bound by slot."""
+    return lambda bufs: self.run(f"a replay of {', '.join(p.name for p, *_ in kernels)}",
+                                 [(p, [bufs[s] for s in slots], g, l) for p, slots, g, l in kernels], False)
 
 # ***** program: one compute pipeline *****
 
@@ -168,22 +188,12 @@ class MetalProgram:
   def __del__(self): send(self.pipeline, "release")
   def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), wait=False) -> float | None:
     """global_size counts threadgroups, local_size threads in each. wait=True returns the kernel's GPU seconds."""
-    threads = math.prod(local_size)
-    if threads > self.max_threads:
+    return self.dev.run(self.name, [(self, bufs, global_size, local_size)], wait)
+  def check(self, local_size) -> None:
+    if (threads := math.prod(local_size)) > self.max_threads:
       raise RuntimeError(f"kernel {self.name}: local size {tuple(local_size)} is {threads} threads per threadgroup, "
                          f"but its Metal pipeline allows at most {self.max_threads}")
-    dev = self.dev
-    # release what already finished, so launches without a synchronize() hold only the buffers still running
-    while dev.in_flight and send(dev.in_flight[0][1], "status") >= COMPLETED: dev.finish(*dev.in_flight.popleft())
-    with autorelease_pool():
-      cbuf = send(dev.queue, "commandBuffer")
-      enc = send(cbuf, "computeCommandEncoder")
-      send(enc, "setComputePipelineState:", self.pipeline)
-      for i, buf in enumerate(bufs): send(enc, "setBuffer:offset:atIndex:", buf, 0, i)
-      send(enc, "dispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*global_size), MTLSize(*local_size))
-      send(enc, "endEncoding")
-      send(cbuf, "commit")
-      cbuf = send(cbuf, "retain")  # the pool would free it before finish() reads its status, error and times
-    if wait: return dev.finish(self.name, cbuf)
-    dev.in_flight.append((self.name, cbuf))
-    return None
+  def encode(self, enc, bufs, global_size, local_size) -> None:
+    send(enc, "setComputePipelineState:", self.pipeline)
+    for i, buf in enumerate(bufs): send(enc, "setBuffer:offset:atIndex:", buf, 0, i)
+    send(enc, "dispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*global_size), MTLSize(*local_size))

@@ -5,7 +5,7 @@ odd, non-square shapes, so that tails, masks, strides and broadcasts all get exe
 first, so a reference sees exactly the numbers the kernel sees.
 """
 import array, collections, concurrent.futures, contextlib, ctypes, ctypes.util, dataclasses, gc, hashlib, itertools, \
-  math, operator, os
+  math, operator, os, types
 import functools, json, random, re, shutil, struct, subprocess, sys, textwrap, threading, time
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_long, c_ulong, c_void_p
 from pathlib import Path
@@ -3226,6 +3226,73 @@ def test_jit_records_are_bounded_and_nan_finds_its_own():
   tagged = tiny.TinyJit(lambda x, tag: x + 1)
   for tag in range(4200): tagged(x, tag)
   assert len(tagged.first) == 4096
+
+def test_jit_replays_a_step_on_the_cpu_in_one_call_with_threaded_kernels():
+  """A replay runs its kernels as one call into the pool's C (no launch from Python), threaded ones split across the
+  workers, and still gives each call's own results, interleaved with eager work and after later calls."""
+  w = Tensor(rand_list((67, 301), 3)).realize()
+  @tiny.TinyJit
+  def step(x, y):  # a matmul big enough for threads, a softmax, an elementwise kernel: several kernels
+    return (x @ w).softmax(-1), (x * 2 + y).exp().sum(0)
+  outs, wants = [], []
+  for seed in range(6):
+    x, y = rand_list((66, 67), seed), rand_list((66, 67), seed + 9)  # (66 rows: whole chunks for 2 or 3 cores)
+    eager = (Tensor(x) - Tensor(y)).tolist()  # eager work between replays
+    assert_close(eager, ref_ew(operator.sub, x, y))
+    if seed < 2: outs.append(step(Tensor(x), Tensor(y)))
+    else:
+      with no_scheduling(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tiny, "launch", lambda *_: pytest.fail("a replay launched a kernel from Python"))
+        outs.append(step(Tensor(x), Tensor(y)))
+    wants.append((ref_softmax(ref_matmul(x, w.tolist()), 1),
+                  ref_reduce(math.fsum, ref_ew(lambda p, q: math.exp(2 * p + q), x, y), 0)))
+  replay, = step.replays.values()
+  assert replay.native is not None and len(replay.launches) >= 3
+  assert any(l.prog.global_size[0] > 1 for _, l in replay.launches) or tiny.threads() == 1  # a threaded kernel
+  for (soft, total), (want_soft, want_total) in zip(outs, wants):  # every call's outputs kept their own values
+    assert_close(soft.tolist(), want_soft, rtol=1e-4)
+    assert_close(total.tolist(), want_total, rtol=1e-4)
+
+def test_jit_replay_lists_its_kernels_at_debug_2(capsys, monkeypatch):
+  step = tiny.TinyJit(lambda x: (x + 1).sum(0) * 3)
+  for _ in range(3): step(Tensor(rand_list((5, 7), 1)))
+  capsys.readouterr()
+  monkeypatch.setenv("DEBUG", "2")
+  got = step(Tensor(rand_list((5, 7), 2)))
+  assert_close(got.tolist(), [3 * math.fsum(r[j] + 1 for r in rand_list((5, 7), 2)) for j in range(7)], rtol=1e-5)
+  replay, = step.replays.values()
+  listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("***")]
+  assert [line.split()[3] for line in listed] == [l.prog.name for _, l in replay.launches]
+
+class FakeDriver:
+  """The libcuda calls a CUDAGraph makes, recorded: what each node was added with and each launch ran."""
+  def __init__(self): self.calls, self.nodes, self.params = [], 0, {}
+  def __getattr__(self, name):
+    def call(*args):
+      self.calls.append(name)
+      if name == "cuGraphAddKernelNode_v2":
+        handle, _, deps, ndeps, params = args
+        handle._obj.value, self.nodes = 100 + self.nodes, self.nodes + 1
+        self.calls[-1] = (name, [deps[i] for i in range(ndeps)])
+      if name == "cuGraphExecKernelNodeSetParams_v2":
+        p = args[2]._obj
+        self.params[args[1].value] = [ctypes.c_uint64.from_address(p.kernelParams[i]).value
+                                      for i in range(3 if args[1].value == 100 else 2)]
+    return call
+
+def test_cuda_graph_chains_its_nodes_and_sets_only_the_parameters_that_changed():
+  dev = types.SimpleNamespace(cu=FakeDriver(), use=lambda: None)
+  progs = [types.SimpleNamespace(func=ctypes.c_void_p(7 + i)) for i in range(2)]
+  graph = cuda_rt.CUDAGraph(dev, [(progs[0], [0, 1, 2], (3, 1, 1), (32, 1, 1)), (progs[1], [3, 0], (1, 1, 1), (4, 1, 1))])
+  cu = dev.cu
+  assert cu.calls[:3] == ["cuGraphCreate", ("cuGraphAddKernelNode_v2", []), ("cuGraphAddKernelNode_v2", [100])]
+  cu.calls.clear()
+  graph([10, 11, 12, 13])
+  assert cu.calls.count("cuGraphExecKernelNodeSetParams_v2") == 2 and cu.calls[-1] == "cuGraphLaunch"
+  assert cu.params == {100: [10, 11, 12], 101: [13, 10]}
+  cu.calls.clear()
+  graph([10, 11, 12, 14])  # only the second node's buffers changed
+  assert cu.calls == ["cuGraphExecKernelNodeSetParams_v2", "cuGraphLaunch"] and cu.params[101] == [14, 10]
 # ------------------------------------------------------------------------------------------------------------------
 # rendered source, pinned: a change to what a kernel looks like in any dialect shows here first. The CPU's at a width
 # given, not this machine's: the same text on every machine.

@@ -2185,24 +2185,36 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # by each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
-def on_grad_paths(roots:list[UOp]) -> set[UOp]:  # the nodes of these graphs that depend on a tensor requiring grad
+def on_grad_paths(roots:list[UOp]) -> set[UOp]:
+  """The nodes of these graphs that read a tensor requiring grad: through their sources, and what a realized node was
+  computed from. (A few more than gradients reach, as a detached view's, and found without making the views that
+  moves went through: a realize of a model's step walks its graph once.)"""
   reach: set[UOp] = set()
   if not trainable_nodes: return reach
-  for u, sources in _grad_order(*roots).items():
+  for u, sources in _grad_order(*roots, sources=_read_sources).items():
     if _lasting(u) in trainable_nodes or any(s in reach for s in sources): reach.add(u)
   return reach
+def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was computed from, and a view's nearest live view
+  srcs = u.src if (origin := u.__dict__.get("computed_from")) is None else (*u.src, origin)
+  st = u.arg.before if u.op is Ops.VIEW else None
+  while st is not None:  # the views its moves went through, looked up (one no one holds has nothing to add), not made
+    if (ref := UOpMeta.nodes.get((Ops.VIEW, u.dtype, u.src, st))) is not None and (v := ref()) is not None:
+      return (*srcs, v)
+    st = st.before
+  return srcs
 
 def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where a tensor's gradient arrives
 
-def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
-  """Every node the roots' gradients flow through, sources first, each with its _grad_sources (found once)."""
+def _grad_order(*roots:UOp, sources:Callable=_grad_sources) -> dict[UOp, tuple[UOp, ...]]:
+  """Every node the roots' gradients flow through (or reach by other sources), sources first, each with its sources
+  (found once)."""
   order: dict[UOp, tuple[UOp, ...]] = {}
   found, stack = {}, [(root, False) for root in roots]
   while stack:
     u, done = stack.pop()
     if done: order[u] = found[u]
     elif u not in found:
-      found[u] = _grad_sources(u)
+      found[u] = sources(u)
       stack += [(u, True)] + [(s, False) for s in found[u]]
   return order
 
@@ -4089,12 +4101,8 @@ class CPURuntime:
     # unmapped once nothing can call into it: what calls fn holds it (run, in Compiled.programs or a RawKernel); ctypes'
     # own CDLL functions live in reference cycles, so they would stay until a gc pass
     weakref.finalize(fn, _ctypes.dlclose, lib).atexit = False
-    def run(*bufs, global_size=(1,), local_size=(1,), wait=False):  # ctypes passes each array as its address
-      start = time.perf_counter()
-      if global_size[0] == 1: fn(*bufs)
-      else: self.workers.run(fn, bufs, global_size[0])
-      return time.perf_counter() - start
-    return run
+    return CPUProgram(self, fn)
+  def graph(self, kernels:list[tuple]) -> Callable[[list], None]|None: return self.workers.graph(kernels)
   def alloc(self, nbytes:int):
     # a big buffer gets its own mapping, so freeing it gives its memory back to the system: malloc might keep it
     if nbytes >= 2**20: return (ctypes.c_uint8 * nbytes).from_buffer(mmap.mmap(-1, nbytes))
@@ -4105,6 +4113,16 @@ class CPURuntime:
   def copyin(self, buf, src:memoryview): memoryview(buf).cast("B")[:src.nbytes] = src.cast("B")
   def copyout(self, dst:memoryview, buf): dst[:] = memoryview(buf).cast("B")[:dst.nbytes]
   def synchronize(self): pass
+
+class CPUProgram(NamedTuple):
+  """A loaded kernel, run on the calling thread, or in chunks across the worker pool (see Workers)."""
+  runtime: CPURuntime
+  fn: Callable  # the C function: ctypes passes each array it is called with as its address
+  def __call__(self, *bufs, global_size=(1,), local_size=(1,), wait=False) -> float:
+    start = time.perf_counter()
+    if global_size[0] == 1: self.fn(*bufs)
+    else: self.runtime.workers.run(self.fn, bufs, global_size[0])
+    return time.perf_counter() - start
 
 def vector_width(macros:str) -> int:
   """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
@@ -4509,15 +4527,19 @@ class TinyJit:
 
 @dataclass
 class Replay:
-  """Captured launches over slots: the call's input buffers, then buffers each replay makes anew, then buffers held as
+  """Captured launches over slots: the call's input buffers, then its outputs' buffers, which each replay makes anew,
+  then buffers it holds: the call's other buffers (its own, made once: nothing outside it reads them), and buffers as
   they were at capture (weights), of which rand's places are written anew, so that each replay draws what its call
-  would have. What the function returned, with each tensor in it as an Output: the slot of its buffer, and its view."""
+  would have. What the function returned, with each tensor in it as an Output: the slot of its buffer, and its view.
+  Replays of one capture take turns, as they share its buffers."""
   made: list[tuple[str, int, DType]]
   held: list[Buffer]
   places: list[tuple[int, int]]  # (slot, place in rand's sequence counted from where the call began)
   draws: int  # how far the call moved rand's sequence
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: Any
+  native: Callable[[list], None]|None  # the launches as one call, where the device has a graph of kernels
+  turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
     """The replay of a captured call, given these buffers."""
@@ -4532,19 +4554,33 @@ class Replay:
         (made if i < l.outputs and b in call.made else held).append(b)
     outs: list[Tensor] = []
     mapped(out, outs.append)  # (collects them)
-    held += [b for b in dict.fromkeys(t.uop.src[0].arg for t in outs) if b not in given + made + held]
-    slots = {b: i for i, b in enumerate(given + made + held)}
+    returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
+    own = [b for b in made if b not in returns]
+    made = [b for b in made if b in returns]
+    held += [b for b in returns if b not in given + made + held]
+    slots = {b: i for i, b in enumerate(given + made + own + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
-    return Replay([(b.device, b.size, b.dtype) for b in made], held, places, Tensor._counter - call.start,
-                  [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches],
-                  mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
+    launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches]
+    return Replay([(b.device, b.size, b.dtype) for b in made], [Buffer(b.device, b.size, b.dtype) for b in own] + held,
+                  places, Tensor._counter - call.start, launches,
+                  mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), graph(launches))
   def __call__(self, given:list[Buffer]):
     bufs = given + [Buffer(*m) for m in self.made] + self.held
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
-    launch(self.launches, bufs)
+    with self.turns:  # kernel by kernel where each is seen: timed and listed (DEBUG=2), or captured by an outer jit
+      if self.native is None or getenv("DEBUG") >= 2 or capturing.now is not None: launch(self.launches, bufs)
+      else: self.native([b.buf for b in bufs])
     return mapped(self.outputs, lambda o: Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device), Output)
+
+def graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None:
+  """A replay's kernels as one call to its device, bound to the buffers it is given by slot: a table the CPU's pool
+  runs in C, a CUDA graph, one Metal command buffer. None where the device has none (the emulator) or the kernels
+  run on several."""
+  devices = {l.device for _, l in launches}
+  if len(devices) != 1 or (make := getattr(Device[devices.pop()].runtime, "graph", None)) is None: return None
+  return make([(fn, l.slots, l.prog.global_size, l.prog.local_size) for fn, l in launches])
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
   slot: int
@@ -4564,7 +4600,7 @@ class Workers:
   in time is run by the caller. Python threads would wait on a lock and then for the GIL: tens of microseconds a
   kernel. A worker spins a while after each kernel, as the next one often comes soon, then sleeps. One kernel at a
   time. The pool is compiled once (and kept in the disk cache) on the first kernel that uses it; a forked child, which
-  has none of its parent's threads, starts its own."""
+  has none of its parent's threads, starts its own. The same C runs a TinyJit replay's kernels in one call (graph)."""
   most = 64  # buffers a pooled kernel may take: the pool calls a kernel through a function of its argument count
   def __init__(self, runtime:CPURuntime, n:int): self.runtime, self.n, self.pid = runtime, n, None
   def run(self, fn:Callable, bufs:tuple, chunks:int):
@@ -4573,18 +4609,40 @@ class Workers:
       return
     if self.pid != os.getpid(): self.start()
     self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
+  def graph(self, kernels:list[tuple[CPUProgram, list[int], tuple, tuple]]) -> Callable[[list], None]|None:
+    """Kernels (each with the slots of its buffers and its sizes) as a table that the pool's C runs in one call: a
+    replay binds its buffers once, by slot, and Python doesn't run between kernels."""
+    if any(len(slots) > Workers.most for _, slots, _, _ in kernels): return None
+    slots = [(ctypes.c_int * len(s))(*s) for _, s, _, _ in kernels]
+    table = (Step * len(kernels))(*[Step(ctypes.cast(p.fn, ctypes.c_void_p), len(s), size[0], s)
+                                    for (p, _, size, _), s in zip(kernels, slots)])
+    def run(bufs:list):
+      if self.pid != os.getpid(): self.start()
+      self.replay(table, len(kernels), (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)))
+    run.holds = kernels, slots  # (what the table points into stays loaded while it can run)
+    return run
   def start(self):
-    # callN calls a kernel of N buffers with a chunk: call2 is ((void (*)(void*, void*, int))f)(b[0], b[1], c)
-    src = POOL.replace("CALLS", "\n".join(
-      f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
-      f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in range(Workers.most + 1)) + "\nstatic void (*const "
-      f"calls[])(void*, void**, int) = {{{', '.join(f'call{n}' for n in range(Workers.most + 1))}}};")
-    lib = self.runtime.library(src, "-pthread")
+    # callN calls a kernel of N buffers with its chunk, plainN one of a single chunk, which takes none: call2 is
+    # ((void (*)(void*, void*, int))f)(b[0], b[1], c), plain2 is ((void (*)(void*, void*))f)(b[0], b[1])
+    ns = range(Workers.most + 1)
+    calls = [f"static void call{n}(void* f, void** b, int c) {{ ((void (*)({'void*, ' * n}int))f)"
+             f"({''.join(f'b[{i}], ' for i in range(n))}c); }}" for n in ns]
+    plains = [f"static void plain{n}(void* f, void** b) {{ ((void (*)({', '.join(['void*'] * n) or 'void'}))f)"
+              f"({', '.join(f'b[{i}]' for i in range(n))}); }}" for n in ns]
+    tables = [f"static void (*const {name}s[])({args}) = {{{', '.join(f'{name}{n}' for n in ns)}}};"
+              for name, args in (("call", "void*, void**, int"), ("plain", "void*, void**"))]
+    lib = self.runtime.library(POOL.replace("CALLS", "\n".join([f"#define MOST {Workers.most}", *calls, *plains,
+                                                                  *tables])), "-pthread")
     if ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(_ctypes.dlsym(lib, "start"))(self.n) != 0:
       raise RuntimeError(f"can't start {self.n} CPU worker threads (THREADS={self.n + 1})")
     self.call = ctypes.CFUNCTYPE(None, CPURuntime.kernel, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)(
       _ctypes.dlsym(lib, "run"))
+    self.replay = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)(_ctypes.dlsym(lib, "replay"))
     self.pid = os.getpid()
+
+class Step(ctypes.Structure):  # a kernel of a replay's table: struct step in the pool's C
+  _fields_ = [("fn", ctypes.c_void_p), ("nbufs", ctypes.c_int), ("chunks", ctypes.c_int),
+              ("slots", ctypes.POINTER(ctypes.c_int))]
 
 # The pool: a job is a kernel, its buffers and how many chunks it has. `state` holds the job's number (high 32 bits)
 # and its next unclaimed chunk (low 32): a claim is a compare-and-swap on it, so a claim made while reading an older
@@ -4653,6 +4711,14 @@ void run(void* fn, void** bufs, int nbufs, int chunks) {
   while (claim(number)) {}
   while (atomic_load(&finished) < chunks) sched_yield();  /* for the chunks workers took */
   pthread_mutex_unlock(&one);
+}
+struct step { void* fn; int nbufs, chunks; const int* slots; };
+void replay(const struct step* steps, int n, void** bufs) {  /* each kernel on its buffers (by slot), in order */
+  void* b[MOST];
+  for (const struct step* s = steps; s < steps + n; s++) {
+    for (int i = 0; i < s->nbufs; i++) b[i] = bufs[s->slots[i]];
+    if (s->chunks == 1) plains[s->nbufs](s->fn, b); else run(s->fn, b, s->nbufs, s->chunks);
+  }
 }
 """
 
