@@ -135,10 +135,10 @@ def _output(nv: ctypes.CDLL, prog: c_void_p, what: str) -> bytes:  # what: "Prog
 def nvrtc_compile(src: str, arch: str, ptx: bool = False, opts: tuple[str, ...] = ()) -> bytes:
   """A CUBIN for `arch` ("sm_90"), or PTX for its virtual architecture ("compute_90"); `opts` are extra NVRTC flags."""
   dirs = list(dict.fromkeys([f"{t}/include" for t in _toolkits()] + _wheels("include")))
-  fp16 = [d for d in dirs if os.path.exists(os.path.join(d, "cuda_fp16.h"))]
-  if "cuda_fp16.h" in src and not fp16:
-    raise RuntimeError(f"float16 CUDA kernels need cuda_fp16.h, which is in none of {', '.join(dirs)}; "
-                       "pip install nvidia-cuda-runtime, or set CUDA_PATH to a CUDA toolkit")
+  fp16 = [d for d in dirs if os.path.exists(os.path.join(d, "cuda_fp16.h"))]  # (cuda_bf16.h is beside it)
+  if ("cuda_fp16.h" in src or "cuda_bf16.h" in src) and not fp16:
+    raise RuntimeError(f"16-bit float CUDA kernels need cuda_fp16.h and cuda_bf16.h, which are in none of "
+                       f"{', '.join(dirs)}; pip install nvidia-cuda-runtime, or set CUDA_PATH to a CUDA toolkit")
   nv, prog = _lib("libnvrtc"), c_void_p()
   args = [f"--gpu-architecture={arch.replace('sm_', 'compute_') if ptx else arch}", *(f"-I{d}" for d in fp16), *opts]
   nv.nvrtcCreateProgram(byref(prog), src.encode(), b"kernel.cu", 0, None, None)

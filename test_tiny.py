@@ -22,6 +22,15 @@ HERE = Path(__file__).resolve().parent
 def f32(x: float) -> float: return struct.unpack("f", struct.pack("f", x))[0]
 def f16(x: float) -> float: return struct.unpack("e", struct.pack("e", x))[0]
 
+def bf16(x: float) -> float:
+  """x rounded to bfloat16 the long way: to float32, then to 8 significant bits (a float32 subnormal's step below
+  2**-126), to the nearest, ties to even (Python's round), infinite past bfloat16's largest."""
+  f = struct.unpack("f", struct.pack("f", x))[0]
+  if not math.isfinite(f) or f == 0: return f
+  step = 2.0 ** (max(math.frexp(f)[1], -125) - 8)
+  r = round(f / step) * step
+  return r if abs(r) < 2.0 ** 128 else math.copysign(math.inf, r)
+
 def shape_of(x) -> tuple: return (len(x),) + shape_of(x[0]) if isinstance(x, list) else ()
 def flat(x) -> list: return [v for e in x for v in flat(e)] if isinstance(x, list) else [x]
 
@@ -675,6 +684,47 @@ def test_float16_arithmetic_and_sum():
   assert (t * 2).dtype == dtypes.float16 and (t * 2).tolist() == [2 * v for v in x]  # doubling is exact
   assert t.sum().dtype == dtypes.float16
   assert_close(t.sum().item(), math.fsum(x), rtol=1e-3, atol=1e-2)  # one rounding to half at the end
+
+BF16_EDGES = [0.0, -0.0, 1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -2.5, 65504.0, 3.3895313892515355e38,
+              3.4e38, -3.39e38, 1e-40, 2**-133, 2**-134, 3 * 2**-135, 2**-126 - 2**-134, math.inf, -math.inf]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_bfloat16_rounds_to_the_nearest_even_on_the_host_and_in_a_kernel(device):  # ties, subnormals, overflow
+  x = BF16_EDGES + rand_list((37,), 61, -1e3, 1e3)
+  want = struct.pack(f"{len(x)}f", *map(bf16, x))  # bitwise: -0.0 is not 0.0
+  made, cast = Tensor(x, dtype=dtypes.bfloat16, device=device), Tensor(x, device=device).bfloat16()
+  assert made.dtype == cast.dtype == dtypes.bfloat16 and made.nbytes() == 2 * len(x)
+  assert struct.pack(f"{len(x)}f", *made.tolist()) == want and struct.pack(f"{len(x)}f", *cast.tolist()) == want
+  assert math.isnan(Tensor([math.nan], device=device).bfloat16().item())
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_bfloat16_ops_compute_in_float32_and_round_each_result(device):
+  x, y = [[bf16(v) for v in row] for row in rand_list((5, 7), 62)], [[bf16(v) for v in row] for row in rand_list((5, 7), 63)]
+  a, b = Tensor(x, dtype=dtypes.bfloat16, device=device), Tensor(y, dtype=dtypes.bfloat16, device=device)
+  for got, fn in [(a + b, operator.add), (a * b, operator.mul), (a - b * 3, lambda p, q: p - bf16(q * 3)),
+                  (a.maximum(b), max), ((a < b).where(a, -b), lambda p, q: p if p < q else -q)]:
+    assert got.dtype == dtypes.bfloat16 and got.tolist() == ref_ew(lambda p, q: bf16(fn(p, q)), x, y)
+  assert (a * 7).int().tolist() == ref_ew(lambda p: math.trunc(bf16(7 * p)), x)
+  assert a.max(1).tolist() == [max(row) for row in x]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_bfloat16_sums_and_matmuls_add_up_in_float32(device):  # rounded once, at the end: 8 bits are a sum's noise
+  x = [[bf16(v) for v in row] for row in rand_list((7, 33), 64)]
+  w = [[bf16(v) for v in row] for row in rand_list((33, 5), 65)]
+  a, b = Tensor(x, dtype=dtypes.bfloat16, device=device), Tensor(w, dtype=dtypes.bfloat16, device=device)
+  ones = Tensor.ones(1000, dtype=dtypes.bfloat16, device=device)
+  assert ones.sum().dtype == dtypes.bfloat16 and ones.sum().item() == 1000.0  # (in bfloat16 it would stop at 256)
+  assert (a @ b).dtype == dtypes.bfloat16
+  assert_close((a @ b).tolist(), ref_ew(bf16, ref_matmul(x, w)), rtol=2**-8, atol=1e-6)
+  assert_close(a.sum(1).tolist(), [bf16(math.fsum(row)) for row in x], rtol=2**-8, atol=1e-6)
+
+def test_bfloat16_promotes_as_torch():
+  half, bfloat = Tensor([1.5], dtype=dtypes.half), Tensor([2.5], dtype=dtypes.bfloat16)
+  assert (half + bfloat).dtype == dtypes.float32 and (half + bfloat).tolist() == [4.0]  # neither holds the other
+  assert (bfloat + 1).dtype == (bfloat * Tensor([3])).dtype == dtypes.bfloat16
+  assert (bfloat + Tensor([1.0])).dtype == dtypes.float32
+  with pytest.raises(TypeError, match="bfloat16"): bfloat.numpy()
+  with pytest.raises(TypeError, match="bfloat16"): bfloat.data()
 
 def test_int8_holds_its_whole_range():
   x = rand_ints((7, 33), 57, -128, 127)
@@ -1864,7 +1914,7 @@ def test_float16_on_the_emulator():
   x = [f16(v) for v in rand_list((33,), 108)]
   t = Tensor(x, dtype=dtypes.float16, device="PYTHON").realize()  # a buffer of halves: 2-byte loads and stores
   assert (t * 2).dtype == dtypes.float16 and (t * 2).tolist() == [2 * v for v in x]  # doubling is exact
-  assert_close(t.sum().item(), math.fsum(x), rtol=1e-3, atol=1e-2)  # accumulated in half
+  assert_close(t.sum().item(), math.fsum(x), rtol=1e-3, atol=1e-2)  # accumulated in float32, rounded to half once
 
 def test_group_reduce_is_wrong_without_its_barrier(monkeypatch):
   """The emulator fills shared memory with NaN and runs each thread of a block up to its next barrier in turn, so a
@@ -2043,7 +2093,7 @@ def test_half_kernel_compiles_with_cuda_fp16_h():  # the header comes with nvidi
 def test_half_kernel_without_cuda_fp16_h_says_where_it_looked(monkeypatch, tmp_path):
   monkeypatch.setattr(cuda_rt, "_toolkits", lambda: [])
   monkeypatch.setattr(cuda_rt, "_wheels", lambda sub: [str(tmp_path / sub)])
-  with pytest.raises(RuntimeError, match=f"float16 CUDA kernels need cuda_fp16.h, which is in none of {tmp_path}"):
+  with pytest.raises(RuntimeError, match=f"float CUDA kernels need cuda_fp16.h and cuda_bf16.h, which are in none of {tmp_path}"):
     cuda_rt.nvrtc_compile(HALF_KERNEL, "sm_90")
 
 def test_missing_driver_is_one_plain_sentence(fresh):
@@ -4277,6 +4327,15 @@ def test_safetensors_round_trip_every_dtype(tmp_path):
   for k, t in tensors.items():
     assert (loaded[k].dtype, loaded[k].shape, loaded[k].tolist()) == (t.dtype, t.shape, t.tolist())
 
+def test_safetensors_bfloat16_loads_as_bfloat16(tmp_path):  # BF16: a float32's top 16 bits, little-endian
+  header = json.dumps({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}).encode()
+  (tmp_path / "b.safetensors").write_bytes(struct.pack("<Q", len(header)) + header +
+                                           struct.pack("<4H", 0x3f80, 0xc020, 0x7f80, 0x0001))
+  w = tiny.nn.state.safe_load(tmp_path / "b.safetensors")["w"]
+  assert w.dtype == dtypes.bfloat16 and w.tolist() == [[1.0, -2.5], [math.inf, 2**-133]]
+  tiny.nn.state.safe_save({"w": w}, tmp_path / "again.safetensors")
+  assert (tmp_path / "again.safetensors").read_bytes()[-8:] == (tmp_path / "b.safetensors").read_bytes()[-8:]
+
 def test_safetensors_file_written_from_the_format_definition_loads(tmp_path):
   data = struct.pack("<3f", 1.0, 2.0, -3.5) + struct.pack("<2h", -5, 300)
   header = json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
@@ -4342,9 +4401,10 @@ def test_lowered_kernels_are_recorded():
 
 def lowered_kernels() -> list[tuple]:
   """Every (kernel AST, NOOPT) lowered so far, after a few kernels of each kind (elementwise, reduce, shared memory,
-  matmul, half) have been, so that the tests below check something when run alone."""
-  a, b = Tensor.empty(7, 33), Tensor.empty(7, 33, dtype=dtypes.float16)
-  tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), b.max(axis=1), device="CUDA")
+  matmul, half, bfloat16) have been, so that the tests below check something when run alone."""
+  a, b, c = Tensor.empty(7, 33), Tensor.empty(7, 33, dtype=dtypes.float16), Tensor.empty(7, 33, dtype=dtypes.bfloat16)
+  tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), b.max(axis=1), c @ c.T, c.exp().max(1),
+              device="CUDA")
   return list(LOWERED)
 
 def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
@@ -4361,7 +4421,7 @@ def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
 def test_every_cuda_kernel_compiles_with_nvrtc(monkeypatch, arch):
   sources = list(rendered(monkeypatch, "CUDA"))
   if arch == "sm_90":  # the same sources again, for a newer arch: every one with shared memory or half, and a sample
-    sources = [s for i, s in enumerate(sources) if i % 12 == 0 or "__shared__" in s or "half" in s]
+    sources = [s for i, s in enumerate(sources) if i % 12 == 0 or "__shared__" in s or "half" in s or "bfloat16" in s]
   # separate NVRTC programs may compile at once (ctypes lets go of the GIL); a CompileError shows log and source
   with concurrent.futures.ThreadPoolExecutor() as pool:
     binaries = list(pool.map(lambda src: cuda_rt.nvrtc_compile(src, arch), sources))

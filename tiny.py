@@ -51,7 +51,8 @@ prod = math.prod
 def cdiv(a:int, b:int) -> int: return -(-a // b)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# dtypes: what a value is in memory. `fmt` is the struct/buffer-protocol letter, `priority` orders type promotion.
+# dtypes: what a value is in memory. `fmt` is the struct/buffer-protocol letter (bfloat16, which struct lacks, has "E":
+# encoded and decoded read it as the top half of a float32), `priority` orders type promotion.
 
 @dataclass(frozen=True, eq=False)
 class DType:
@@ -79,14 +80,16 @@ class dtypes:
   int32 = int = DType(4, 4, "int", "i")
   int64 = long = DType(5, 8, "long", "q")
   float16 = half = DType(6, 2, "half", "e")
+  bfloat16 = DType(6, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
   float32 = float = DType(7, 4, "float", "f")
-  all = (bool, int8, uint8, uint32, int32, int64, float16, float32)
+  all = (bool, int8, uint8, uint32, int32, int64, float16, bfloat16, float32)
+  narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
   index = DType(5, 8, "index", "q")
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "c": uint8}
   # a dtype's kind is in its struct letter, which its vectors share (index is "q")
   @staticmethod
-  def is_float(d:DType) -> bool: return d.fmt in "ef"
+  def is_float(d:DType) -> bool: return d.fmt in "eEf"
   @staticmethod
   def is_int(d:DType) -> bool: return d.fmt in "bBIiq"
   @staticmethod
@@ -114,6 +117,7 @@ class dtypes:
     """The dtype operands meet in: the highest, but a signed int with an unsigned one needs a wider signed int."""
     if ds.count(ds[0]) == len(ds): return ds[0]  # (the common case: they are one)
     top = max(ds, key=lambda d: d.priority)
+    if {dtypes.half, dtypes.bfloat16} <= set(ds): return dtypes.float32  # neither holds the other's values
     unsigned = [d for d in ds if dtypes.is_unsigned(d)]
     signed = any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds)
     if dtypes.is_float(top) or not unsigned or not signed: return top
@@ -128,8 +132,27 @@ def truncate(d:DType, x):
     bits = 8 * d.itemsize
     x = int(x) & ((1 << bits) - 1)
     return x - (1 << bits) if not dtypes.is_unsigned(d) and x >= 1 << (bits - 1) else x
-  try: return struct.unpack(d.fmt, struct.pack(d.fmt, x))[0]
-  except OverflowError: return math.copysign(math.inf, x)
+  return decoded(d, encoded(d, [x]))[0]
+
+def encoded(d:DType, vals:Sequence) -> bytes:
+  """Values as dtype d holds them in memory; a float too large for d is infinite. A bfloat16 is a float32's top half,
+  rounded to the nearest (ties to even), as torch rounds: its bits plus 0x7fff, plus 1 if the kept half is odd."""
+  if d != dtypes.bfloat16:
+    try: return struct.pack(f"{len(vals)}{d.fmt}", *vals)
+    except OverflowError: return b"".join(_finite_or_infinite(d, v) for v in vals)
+  wide = struct.unpack(f"{len(vals)}I", encoded(dtypes.float, vals))
+  return struct.pack(f"{len(vals)}H", *[0x7fc0 if b & 0x7fffffff > 0x7f800000 else (b + 0x7fff + (b >> 16 & 1)) >> 16
+                                          for b in wide])  # (nan: the quiet one)
+
+def _finite_or_infinite(d:DType, v) -> bytes:
+  try: return struct.pack(d.fmt, v)
+  except OverflowError: return struct.pack(d.fmt, math.copysign(math.inf, v))
+
+def decoded(d:DType, raw:bytes) -> tuple:
+  if d != dtypes.bfloat16: return struct.unpack(f"{len(raw) // d.itemsize}{d.fmt}", raw)
+  wide = bytearray(2 * len(raw))  # each value's bits as a float32's top half, over a zero bottom half
+  wide[2::4], wide[3::4] = raw[0::2], raw[1::2]
+  return decoded(dtypes.float, bytes(wide))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # UOp: one immutable, hash-consed node type for every level of the compiler, from tensors to rendered lines.
@@ -550,6 +573,8 @@ symbolic = PatternMatcher([
     if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
   (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
     lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
+  (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="u"), lambda u, c: u.const_like(_convert(u.dtype, c.arg))
+    if u.dtype.count == 1 else None),
   # bools: + is or, * is and, - is the value itself (a bool holds n != 0). The bitwise ops are what every device's
   # bool computes alike: a C _Bool, and a CPU vector's lanes, where true is the mask -1 (whose sum would be -2)
   (UPat(Ops.ADD, dtypes.bool, src=(x, y)), lambda x, y: x | y),         # a+b -> a|b
@@ -855,9 +880,9 @@ class Tensor:
       vals, shape = _flatten(data)
       own = _dtype_of_list(vals)  # also where a dtype is given: it checks that every element is a number
       dtype = dtype or own
-      try: raw = struct.pack(f"{len(vals)}{dtype.fmt}", *vals)
+      try: raw = encoded(dtype, vals)
       except (struct.error, OverflowError):  # a float for an int, or out of the format's range: convert one by one
-        raw = struct.pack(f"{len(vals)}{dtype.fmt}", *[truncate(dtype, _checked(dtype, v)) for v in vals])
+        raw = encoded(dtype, [truncate(dtype, _checked(dtype, v)) for v in vals])
     else:
       try: mv = memoryview(data)
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
@@ -1183,6 +1208,7 @@ class Tensor:
   def cast(self, dtype) -> Tensor: return self if self.dtype == dtype else self._like(self.uop.cast(dtypes.of(dtype)))
   def float(self) -> Tensor: return self.cast(dtypes.float)
   def half(self) -> Tensor: return self.cast(dtypes.half)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
   def int(self) -> Tensor: return self.cast(dtypes.int)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
   def long(self) -> Tensor: return self.cast(dtypes.int64)
@@ -1363,7 +1389,9 @@ class Tensor:
     return out._reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), Reduction(op, axes)))
-  def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:  # ints and bools add up in int64, as numpy and torch
+  def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:
+    """Ints and bools add up in int64, as numpy and torch; 16-bit floats in float32, rounded back, as torch."""
+    if dtype is None and self.dtype in dtypes.narrow: return self.float().sum(axis, keepdim).cast(self.dtype)
     x = self.cast(dtype) if dtype is not None else self._widened()
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
@@ -1785,8 +1813,10 @@ class Tensor:
       raise ShapeError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
     x = self.reshape(self.shape[:-1] + (1,) * min(n1 - 1, n2 - 1, 1) + self.shape[-1:])
     w = w.reshape(w.shape[:-2] + (1,) * min(n1 - 1, n2 - 1, 1) + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
-    products = x * w
-    return products.sum(-1).cast(products.dtype)  # an int matmul keeps its dtype, as numpy's and torch's (sum: int64)
+    # an int matmul keeps its dtype, as numpy's and torch's (sum: int64); 16-bit floats multiply exactly in float32
+    # and add up there, as torch's and a tensor core's
+    dtype = dtypes.promote(x.dtype, w.dtype)
+    return (x.float() * w.float() if dtype in dtypes.narrow else x * w).sum(-1).cast(dtype)
   def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
   def linear(self, weight:Tensor, bias:Tensor|None=None) -> Tensor:
     x = self * weight if weight.ndim == 1 else self.dot(weight)
@@ -2114,17 +2144,21 @@ class Tensor:
     if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
     return self.uop.src[0].arg
   def tolist(self):
-    vals = list(struct.unpack(f"{self.numel()}{self.dtype.fmt}", self.buffer().copyout()))
+    vals = list(decoded(self.dtype, self.buffer().copyout()))
     for k in range(self.ndim - 1, 0, -1):  # rows of dim k, innermost first; counted, so a size 0 anywhere works
       vals = [vals[i * self.shape[k]:(i + 1) * self.shape[k]] for i in range(prod(self.shape[:k]))]
     return vals if self.shape else vals[0]
   def item(self):
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.reshape(()).tolist()
-  def data(self) -> memoryview: return memoryview(self.buffer().copyout()).cast(self.dtype.fmt, self.shape)
+  def data(self) -> memoryview: return memoryview(self._host()).cast(self.dtype.fmt, self.shape)
   def numpy(self):
     import numpy as np
-    return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
+    return np.frombuffer(self._host(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
+  def _host(self) -> bytes:  # its memory, for a view the buffer protocol reads
+    if self.dtype == dtypes.bfloat16:  # (as torch's numpy() refuses it)
+      raise TypeError("a bfloat16 tensor has no buffer-protocol or numpy type: convert it first, e.g. .float()")
+    return self.buffer().copyout()
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Gradients: a table of derivative rules, one per primitive, and one walk that applies them from the loss back. Each
@@ -2399,7 +2433,8 @@ def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
   if own: Tensor.realize(*own.values())
 
 SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "U32": dtypes.uint32,
-                      "I32": dtypes.int32, "I64": dtypes.int64, "F16": dtypes.float16, "F32": dtypes.float32}
+                      "I32": dtypes.int32, "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
+                      "F32": dtypes.float32}
 
 def safe_save(tensors:dict[str, Tensor], path, metadata:dict[str, str]|None=None) -> None:
   header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
@@ -2871,7 +2906,7 @@ def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
   for step in (to_gpu if target.gpu else to_cpu, functools.partial(to_lanes, dev=target), simplify,
-               to_accumulators, simplify, add_loops, narrow_index, functools.partial(stream, dev=target)):
+               to_accumulators, in_float32, simplify, add_loops, narrow_index, functools.partial(stream, dev=target)):
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
@@ -3629,6 +3664,17 @@ def to_accumulators(sink:UOp) -> UOp:
   return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, after[x.buf])),) + x.src[1:])
                            for x in sink.toposort if x.op is Ops.LOAD and x.buf in after})
 
+def _in_float(u:UOp) -> UOp|None:
+  if u.dtype != dtypes.bfloat16 and all(s.dtype != dtypes.bfloat16 for s in u.src): return None
+  out = UOp(u.op, dtypes.float if u.dtype == dtypes.bfloat16 else u.dtype,
+            tuple(s.cast(dtypes.float) if s.dtype == dtypes.bfloat16 else s for s in u.src), u.arg)
+  return out.cast(u.dtype)
+
+def in_float32(sink:UOp) -> UOp:
+  """bfloat16 is a storage type: each op on it runs in float32 and rounds back, as torch computes it. On every device:
+  C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32."""
+  return graph_rewrite(sink, PatternMatcher([(UPat(GroupOp.ALU, name="u"), _in_float)]))
+
 def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value varies with (a reduce's own are bound)
   free: dict[UOp, frozenset] = {}
   for u in sink.toposort:
@@ -3768,13 +3814,17 @@ class Renderer:
   streams: dict[int, str] = field(default_factory=dict)  # a store past the cache (see stream), by the vector's bytes
   fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
   bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: C's one defined way is a union
+  to_bfloat16: str = "tiny_to_bf16({x})"      # a float x rounded to bfloat16 (see in_float32)
+  from_bfloat16: str = "tiny_from_bf16({x})"  # a bfloat16 x as a float
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:  # bufs: the kernel's params(), in launch order
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
-    named = set(re.findall(r"\w+", "\n".join(body)))
-    header = [line for typ, lines in self.headers.items() if typ is None or typ in named for line in lines]
-    return "\n".join(header + [self.signature(name, uops, bufs) + " {"] + body + ["}"])
+    signature = self.signature(name, uops, bufs)
+    named = set(re.findall(r"\w+", "\n".join([signature, *body])))
+    header = list(dict.fromkeys(line for typ, lines in self.headers.items() if typ is None or typ in named
+                                for line in lines))
+    return "\n".join(header + [signature + " {"] + body + ["}"])
 
   def signature(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
     params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
@@ -3818,6 +3868,7 @@ _statements = {Ops.STORE, Ops.PREFETCH, Ops.END, Ops.RANGE, Ops.DEFINE_ACC, Ops.
 # next to an operator: a negative constant is (-2), a cast ((int)x), and -a of it never renders as --2.
 def _fmt_const(ctx:Names, v, d:DType) -> str:
   if d == dtypes.bool: return "1" if v else "0"
+  if d == dtypes.bfloat16: return ctx.to_bfloat16.format(x=_fmt_const(ctx, v, dtypes.float))
   if dtypes.is_float(d):
     text = "NAN" if math.isnan(v) else f"{float(v)!r}f".replace("inff", "INFINITY")  # (-inf: -INFINITY)
     if d != dtypes.float: text = f"({ctx.types[d]}){text}"
@@ -3887,7 +3938,9 @@ def _shift(ctx:Names, u:UOp) -> str:
   return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
 
 def _cast(ctx:Names, u:UOp) -> str:
-  x = f"(float){ctx[u.src[0]]}" if u.src[0].dtype == dtypes.half else ctx[u.src[0]]
+  x = {dtypes.half: f"(float){ctx[u.src[0]]}", dtypes.bfloat16: ctx.from_bfloat16.format(x=ctx[u.src[0]])}.get(
+    u.src[0].dtype, ctx[u.src[0]])
+  if u.dtype == dtypes.bfloat16: return ctx.to_bfloat16.format(x=f"((float)({x}))")
   if not _guarded(u): return f"(({ctx.types[u.dtype]})({x}))"
   lo, hi = dtypes.limits(u.dtype)  # float -> int saturates at the type's limits, and nan is 0
   def edge(v:int) -> str: return _fmt_const(ctx, float(v), dtypes.float)  # powers of two: exact in float
@@ -3978,7 +4031,8 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
 ])
 
-c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.int: "int", dtypes.uint32: "unsigned int",
+c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.bfloat16: "unsigned short", dtypes.int: "int",
+           dtypes.uint32: "unsigned int",
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
            **{d.vec(n): f"{name}{n}" for n in widths for d, name in  # a bool vector is a mask: true is -1
               ((dtypes.float, "float"), (dtypes.int, "int"), (dtypes.uint32, "uint"), (dtypes.bool, "int"))}}
@@ -4000,17 +4054,25 @@ CPU = Renderer(
            for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
   fence="_mm_sfence();",
   headers={None: ("#include <math.h>",), "_mm_sfence": ("#include <immintrin.h>",),
+           # a bfloat16 is a float's top half, rounded to the nearest, ties to even; nan stays nan
+           "tiny_to_bf16": ("static inline unsigned short tiny_to_bf16(float x) { unsigned int u = "
+                            "((union {float f; unsigned int u;}){x}).u; return x != x ? 0x7fc0 : (u + 0x7fff + "
+                            "(u >> 16 & 1)) >> 16; }",),
+           "tiny_from_bf16": ("static inline float tiny_from_bf16(unsigned short b) "
+                              "{ return ((union {unsigned int u; float f;}){(unsigned int)b << 16}).f; }",),
            **{f"{n}{w}": (f"typedef {t} {n}{w} __attribute__((vector_size({4 * w})));",)
               for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
 CUDA = Renderer(
   "CUDA", gpu=True, kernel='extern "C" __global__ void __launch_bounds__({threads})', param="{type}* {name}",
   ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"}, lanes=(".x", ".y", ".z", ".w"),
-  vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bool: "bool"},
+  vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bfloat16: "__nv_bfloat16",
+                                                  dtypes.bool: "bool"},
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
   barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
+  to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
-           "half": ("#include <cuda_fp16.h>",),
+           "half": ("#include <cuda_fp16.h>",), **{name: ("#include <cuda_bf16.h>",) for name in ("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float")},
            "tiny_bitcast": ("template <class T, class F> __device__ T tiny_bitcast(F x) "
                             "{ union { F a; T b; } u; u.a = x; return u.b; }",)})
 
@@ -4019,12 +4081,14 @@ METAL = Renderer(
   param="device {type}* {name}",
   launch_params=("uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"),
   ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
-  types=c_types | {dtypes.half: "half", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
+  types=c_types | {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long",
+                   dtypes.char: "char",
                    dtypes.uchar: "uchar", dtypes.uint32: "uint"},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
+  to_bfloat16="bfloat({x})", from_bfloat16="float({x})",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -4186,14 +4250,15 @@ class Thread:
       mem, dtype, inside = self.access(u, vals[u.addr], n)
       start = vals[u.addr] * dtype.itemsize
       data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
-      out = struct.unpack(f"{n}{dtype.fmt}", data)
+      out = decoded(dtype, data)
     return out[0] if n == 1 else out
   def store(self, u:UOp, vals:dict):
     if u.gate is not None and not vals[u.gate]: return
     n, value = u.value.dtype.count, vals[u.value]
     mem, dtype, inside = self.access(u, vals[u.addr], n)
     lanes = value if n > 1 else [value]
-    struct.pack_into(f"{inside}{dtype.fmt}", mem, vals[u.addr] * dtype.itemsize, *lanes[:inside])
+    at = vals[u.addr] * dtype.itemsize
+    mem[at:at + inside * dtype.itemsize] = encoded(dtype, lanes[:inside])
 
 # what each op computes in an emulated thread, from the values computed so far: with exec_alu, this table is the
 # emulator's whole semantics
@@ -4204,7 +4269,7 @@ emulated: dict[Ops, Callable[[Thread, UOp, dict], Any]] = {
   Ops.LOAD: Thread.load, Ops.STORE: Thread.store, Ops.GEP: lambda t, u, vals: vals[u.src[0]][u.arg],
   Ops.VECTORIZE: lambda t, u, vals: tuple(vals[s] for s in u.src),
   Ops.CAST: lambda t, u, vals: _convert(u.dtype, vals[u.src[0]]),
-  Ops.BITCAST: lambda t, u, vals: struct.unpack(u.dtype.fmt, struct.pack(u.src[0].dtype.fmt, vals[u.src[0]]))[0],
+  Ops.BITCAST: lambda t, u, vals: decoded(u.dtype, encoded(u.src[0].dtype, [vals[u.src[0]]]))[0],
   **{op: lambda t, u, vals: exec_alu(u.op, u.dtype, [vals[s] for s in u.src]) for op in GroupOp.ALU}}
 
 def run_thread(t:Thread):
