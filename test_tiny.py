@@ -660,9 +660,12 @@ def test_binary_op_promotes_dtype(a, b, want):
   got = Tensor([1, 0, 1], dtype=a) + Tensor([1, 1, 0], dtype=b)
   assert got.dtype == want and got.tolist() == [2, 1, 1]
 
-def test_signed_with_unsigned_promotes_to_a_wider_signed_int():
+def test_signed_with_unsigned_promotes_to_a_wider_signed_int():  # as torch's
   got = Tensor([1, 200], dtype=dtypes.uint8) + Tensor([-2, 3], dtype=dtypes.int8)
-  assert got.dtype == dtypes.int32 and got.tolist() == [-1, 203]
+  assert got.dtype == dtypes.int16 and got.tolist() == [-1, 203]
+  for a, b, want in [(dtypes.uint8, dtypes.int16, dtypes.int16), (dtypes.uint16, dtypes.int16, dtypes.int32),
+                     (dtypes.uint16, dtypes.int8, dtypes.int32), (dtypes.uint32, dtypes.int16, dtypes.int64)]:
+    assert dtypes.promote(a, b) == dtypes.promote(b, a) == want
 
 def test_uint32_with_int32_promotes_to_int64():
   got = Tensor([3000000000, 5], dtype=dtypes.uint32) + Tensor([0, -7])
@@ -725,6 +728,28 @@ def test_bfloat16_promotes_as_torch():
   assert (bfloat + Tensor([1.0])).dtype == dtypes.float32
   with pytest.raises(TypeError, match="bfloat16"): bfloat.numpy()
   with pytest.raises(TypeError, match="bfloat16"): bfloat.data()
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_int16_and_uint16_hold_their_range_and_wrap(device):
+  x = rand_ints((7, 33), 58, -2**15, 2**15 - 1)
+  s = Tensor(x, dtype=dtypes.short, device=device)
+  assert s.dtype == dtypes.int16 and s.nbytes() == 2 * 7 * 33 and s.tolist() == x
+  assert (s * 3 + 1).tolist() == ref_ew(lambda v: (3 * v + 1 + 2**15) % 2**16 - 2**15, x)
+  u = Tensor([0, 65535, 40000], dtype=dtypes.ushort, device=device)
+  assert (u + 1).tolist() == [1, 0, 40001] and (u > 50000).tolist() == [False, True, False]
+  assert Tensor([70000, -1], device=device).cast(dtypes.ushort).tolist() == [4464, 65535]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_float64_computes_in_double(device):  # a Python float's precision, constants included
+  x = rand_list((5, 37), 59)
+  d = Tensor(x, dtype=dtypes.double, device=device)
+  assert d.dtype == dtypes.float64 and d.tolist() == x
+  assert Tensor([0.1], dtype=dtypes.double, device=device).item() == 0.1 != Tensor([0.1], device=device).double().item()
+  assert_close((d * 0.1 + 1 / 3).tolist(), ref_ew(lambda v: v * 0.1 + 1 / 3, x), rtol=1e-15, atol=1e-16)  # (a C
+  assert_close((d / 7).tolist(), ref_ew(lambda v: v / 7, x), rtol=1e-15, atol=1e-16)  # compiler may fuse a * b + c)
+  assert_close(d.sum(1).tolist(), [math.fsum(row) for row in x], rtol=1e-14, atol=1e-14)
+  assert (d + Tensor([1.5], device=device)).dtype == dtypes.float64
+  with pytest.raises(tiny.DTypeError, match="METAL has no double"): tiny.render(d * 2, device="METAL")
 
 def test_int8_holds_its_whole_range():
   x = rand_ints((7, 33), 57, -128, 127)
@@ -1392,7 +1417,8 @@ def test_matmul_mismatch_names_both_shapes():
 def test_bad_dtypes_are_type_errors_naming_them():
   with pytest.raises(TypeError, match="float"): Tensor([1.5, 2.0]) & Tensor([True, False])
   with pytest.raises(TypeError, match="notadtype"): Tensor([1, 2]).cast("notadtype")
-  with pytest.raises(TypeError, match="'d'"): Tensor(array.array("d", [1.0, 2.0]))
+  with pytest.raises(TypeError, match="'Q'"): Tensor(array.array("Q", [1, 2]))  # (tiny has no uint64)
+  assert Tensor(array.array("d", [0.1, 2.0])).dtype == dtypes.float64
   with pytest.raises(TypeError, match="str"): Tensor([1.0]) + "1"
 
 def test_missing_c_compiler_is_named(tmp_path):
@@ -4321,7 +4347,9 @@ def test_load_state_dict_copies_values_and_names_what_is_wrong():
 def test_safetensors_round_trip_every_dtype(tmp_path):
   tensors = {"f": Tensor([[1.5, -2.0, 3.25]]), "h": Tensor([0.5, 65504.0], dtype=dtypes.half),
              "i": Tensor([-7, 2**31 - 1]), "q": Tensor([2**40, -1], dtype=dtypes.long),
-             "u": Tensor([0, 255], dtype=dtypes.uint8), "b": Tensor([True, False, True]), "empty": Tensor.zeros(0, 3)}
+             "u": Tensor([0, 255], dtype=dtypes.uint8), "b": Tensor([True, False, True]), "empty": Tensor.zeros(0, 3),
+             "s": Tensor([-2**15, 7], dtype=dtypes.short), "us": Tensor([65535], dtype=dtypes.ushort),
+             "d": Tensor([0.1, -1e300], dtype=dtypes.double), "bf": Tensor([1.5, -3.0], dtype=dtypes.bfloat16)}
   tiny.nn.state.safe_save(tensors, tmp_path / "w.safetensors", metadata={"format": "pt"})
   loaded = tiny.nn.state.safe_load(tmp_path / "w.safetensors")
   for k, t in tensors.items():
@@ -4339,9 +4367,12 @@ def test_safetensors_bfloat16_loads_as_bfloat16(tmp_path):  # BF16: a float32's 
 def test_safetensors_file_written_from_the_format_definition_loads(tmp_path):
   data = struct.pack("<3f", 1.0, 2.0, -3.5) + struct.pack("<2h", -5, 300)
   header = json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
-                       "__metadata__": {"x": "y"}, "b": {"dtype": "I16", "shape": [1, 2], "data_offsets": [12, 16]}})
+                       "__metadata__": {"x": "y"}, "b": {"dtype": "C64", "shape": [1, 2], "data_offsets": [12, 16]}})
   (tmp_path / "f.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + data)
-  with pytest.raises(ValueError, match="I16"): tiny.nn.state.safe_load(tmp_path / "f.safetensors")  # tiny has no int16
+  with pytest.raises(ValueError, match="C64"): tiny.nn.state.safe_load(tmp_path / "f.safetensors")  # no complex
+  header = header.replace('"C64", "shape": [1, 2]', '"I16", "shape": [1, 2]')
+  (tmp_path / "f.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + data)
+  assert tiny.nn.state.safe_load(tmp_path / "f.safetensors")["b"].tolist() == [[-5, 300]]
   header = header.replace('"I16", "shape": [1, 2]', '"U8", "shape": [2, 2]')
   (tmp_path / "f.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + data)
   got = tiny.nn.state.safe_load(tmp_path / "f.safetensors")

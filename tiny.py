@@ -76,24 +76,27 @@ class dtypes:
   bool = DType(0, 1, "bool", "?")
   int8 = char = DType(1, 1, "char", "b")
   uint8 = uchar = DType(2, 1, "uchar", "B")
-  uint32 = uint = DType(3, 4, "uint", "I")
-  int32 = int = DType(4, 4, "int", "i")
-  int64 = long = DType(5, 8, "long", "q")
-  float16 = half = DType(6, 2, "half", "e")
-  bfloat16 = DType(6, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
-  float32 = float = DType(7, 4, "float", "f")
-  all = (bool, int8, uint8, uint32, int32, int64, float16, bfloat16, float32)
+  int16 = short = DType(3, 2, "short", "h")
+  uint16 = ushort = DType(4, 2, "ushort", "H")
+  uint32 = uint = DType(5, 4, "uint", "I")
+  int32 = int = DType(6, 4, "int", "i")
+  int64 = long = DType(7, 8, "long", "q")
+  float16 = half = DType(8, 2, "half", "e")
+  bfloat16 = DType(8, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
+  float32 = float = DType(9, 4, "float", "f")
+  float64 = double = DType(10, 8, "double", "d")  # (transcendentals of a double run in float32: see Tensor._unary)
+  all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, float16, bfloat16, float32, float64)
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
-  index = DType(5, 8, "index", "q")
+  index = DType(7, 8, "index", "q")
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "c": uint8}
   # a dtype's kind is in its struct letter, which its vectors share (index is "q")
   @staticmethod
-  def is_float(d:DType) -> bool: return d.fmt in "eEf"
+  def is_float(d:DType) -> bool: return d.fmt in "eEfd"
   @staticmethod
-  def is_int(d:DType) -> bool: return d.fmt in "bBIiq"
+  def is_int(d:DType) -> bool: return d.fmt in "bBhHIiq"
   @staticmethod
-  def is_unsigned(d:DType) -> bool: return d.fmt in "BI"
+  def is_unsigned(d:DType) -> bool: return d.fmt in "BHI"
   @staticmethod
   def of(x) -> DType:
     if isinstance(x, DType): return x
@@ -114,14 +117,15 @@ class dtypes:
   def fits(d:DType, x) -> bool: return dtypes.min(d) <= x <= dtypes.max(d)
   @staticmethod
   def promote(*ds:DType) -> DType:
-    """The dtype operands meet in: the highest, but a signed int with an unsigned one needs a wider signed int."""
+    """The dtype operands meet in: the highest, but a signed int with an unsigned one meets in the narrowest signed int
+    wider than the unsigned one and as wide as the signed one (int64 at most), as torch's."""
     if ds.count(ds[0]) == len(ds): return ds[0]  # (the common case: they are one)
     top = max(ds, key=lambda d: d.priority)
     if {dtypes.half, dtypes.bfloat16} <= set(ds): return dtypes.float32  # neither holds the other's values
-    unsigned = [d for d in ds if dtypes.is_unsigned(d)]
-    signed = any(dtypes.is_int(d) and not dtypes.is_unsigned(d) for d in ds)
+    unsigned = [d.itemsize for d in ds if dtypes.is_unsigned(d)]
+    signed = [d.itemsize for d in ds if dtypes.is_int(d) and not dtypes.is_unsigned(d)]
     if dtypes.is_float(top) or not unsigned or not signed: return top
-    return max(top, dtypes.int64 if dtypes.uint32 in unsigned else dtypes.int32, key=lambda d: d.priority)
+    return {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[min(max(2 * max(unsigned), *signed), 8)]
   @staticmethod
   def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.fmt == "?" else int
 
@@ -1159,7 +1163,7 @@ class Tensor:
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
-  def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)
+  def reciprocal(self) -> Tensor: return (x := self._float())._like(x.uop.alu(Ops.RECIP))  # (a double's too)
   __add__ = add
   def __radd__(self, x): return self._const(x).add(self)
   __sub__ = sub
@@ -1208,6 +1212,8 @@ class Tensor:
   def cast(self, dtype) -> Tensor: return self if self.dtype == dtype else self._like(self.uop.cast(dtypes.of(dtype)))
   def float(self) -> Tensor: return self.cast(dtypes.float)
   def half(self) -> Tensor: return self.cast(dtypes.half)
+  def double(self) -> Tensor: return self.cast(dtypes.double)
+  def short(self) -> Tensor: return self.cast(dtypes.short)
   def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
   def int(self) -> Tensor: return self.cast(dtypes.int)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
@@ -2220,14 +2226,20 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
 def on_grad_paths(roots:list[UOp]) -> set[UOp]:
-  """The nodes of these graphs that read a tensor requiring grad: through their sources, and what a realized node was
-  computed from. (A few more than gradients reach, as a detached view's, and found without making the views that
-  moves went through: a realize of a model's step walks its graph once.)"""
-  reach: set[UOp] = set()
-  if not trainable_nodes: return reach
-  for u, sources in _grad_order(*roots, sources=_read_sources).items():
-    if _lasting(u) in trainable_nodes or any(s in reach for s in sources): reach.add(u)
-  return reach
+  """The roots whose graphs read a tensor requiring grad: through their sources, and what a realized node was computed
+  from. (A few more than gradients reach, as a detached view's; each walk stops at the first it finds, and makes none
+  of the views that moves went through: a realize of a model's step doesn't walk what made its weights.)"""
+  clear: set[UOp] = set()  # nodes known to read none
+  def reaches(root:UOp) -> bool:
+    stack, seen = [root], set()
+    while stack:
+      if (u := stack.pop()) in seen or u in clear: continue
+      if _lasting(u) in trainable_nodes: return True
+      seen.add(u)
+      stack += _read_sources(u)
+    clear.update(seen)
+    return False
+  return {root for root in roots if reaches(root)} if trainable_nodes else set()
 def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was computed from, and a view's nearest live view
   srcs = u.src if (origin := u.__dict__.get("computed_from")) is None else (*u.src, origin)
   st = u.arg.before if u.op is Ops.VIEW else None
@@ -2239,16 +2251,15 @@ def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was compute
 
 def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where a tensor's gradient arrives
 
-def _grad_order(*roots:UOp, sources:Callable=_grad_sources) -> dict[UOp, tuple[UOp, ...]]:
-  """Every node the roots' gradients flow through (or reach by other sources), sources first, each with its sources
-  (found once)."""
+def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
+  """Every node the roots' gradients flow through, sources first, each with its _grad_sources (found once)."""
   order: dict[UOp, tuple[UOp, ...]] = {}
   found, stack = {}, [(root, False) for root in roots]
   while stack:
     u, done = stack.pop()
     if done: order[u] = found[u]
     elif u not in found:
-      found[u] = sources(u)
+      found[u] = _grad_sources(u)
       stack += [(u, True)] + [(s, False) for s in found[u]]
   return order
 
@@ -2432,9 +2443,10 @@ def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
     t.assign(state_dict[name].to(t.device))
   if own: Tensor.realize(*own.values())
 
-SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "U32": dtypes.uint32,
+SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16,
+                      "U16": dtypes.uint16, "U32": dtypes.uint32,
                       "I32": dtypes.int32, "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
-                      "F32": dtypes.float32}
+                      "F32": dtypes.float32, "F64": dtypes.float64}
 
 def safe_save(tensors:dict[str, Tensor], path, metadata:dict[str, str]|None=None) -> None:
   header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
@@ -3818,6 +3830,9 @@ class Renderer:
   from_bfloat16: str = "tiny_from_bf16({x})"  # a bfloat16 x as a float
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:  # bufs: the kernel's params(), in launch order
+    if lacks := {u.dtype.name for u in uops if u.dtype is not None and u.dtype.count == 1} - \
+                {d.name for d in self.types}:
+      raise DTypeError(f"{self.name} has no {' or '.join(sorted(lacks))}")
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
     signature = self.signature(name, uops, bufs)
@@ -3870,8 +3885,9 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if d == dtypes.bfloat16: return ctx.to_bfloat16.format(x=_fmt_const(ctx, v, dtypes.float))
   if dtypes.is_float(d):
-    text = "NAN" if math.isnan(v) else f"{float(v)!r}f".replace("inff", "INFINITY")  # (-inf: -INFINITY)
-    if d != dtypes.float: text = f"({ctx.types[d]}){text}"
+    text = "NAN" if math.isnan(v) else f"{'-' * (v < 0)}INFINITY" if math.isinf(v) else \
+      f"{float(v)!r}{'f' * (d != dtypes.double)}"
+    if d not in (dtypes.float, dtypes.double): text = f"({ctx.types[d]}){text}"
   elif v == dtypes.limits(d)[0] and v < 0: text = f"{v + 1}{ctx.suffixes.get(d, '')}-1"  # C has no INT_MIN literal
   else: text = f"{v}{ctx.suffixes.get(d, '')}"
   return f"({text})" if text[0] in "-(" else text
@@ -4031,8 +4047,8 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.BARRIER), lambda ctx: ctx.barrier),
 ])
 
-c_types = {dtypes.float: "float", dtypes.half: "_Float16", dtypes.bfloat16: "unsigned short", dtypes.int: "int",
-           dtypes.uint32: "unsigned int",
+c_types = {dtypes.float: "float", dtypes.double: "double", dtypes.half: "_Float16", dtypes.bfloat16: "unsigned short",
+           dtypes.short: "short", dtypes.ushort: "unsigned short", dtypes.int: "int", dtypes.uint32: "unsigned int",
            dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
            **{d.vec(n): f"{name}{n}" for n in widths for d, name in  # a bool vector is a mask: true is -1
               ((dtypes.float, "float"), (dtypes.int, "int"), (dtypes.uint32, "uint"), (dtypes.bool, "int"))}}
@@ -4081,9 +4097,9 @@ METAL = Renderer(
   param="device {type}* {name}",
   launch_params=("uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"),
   ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
-  types=c_types | {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long",
-                   dtypes.char: "char",
-                   dtypes.uchar: "uchar", dtypes.uint32: "uint"},
+  types={d: t for d, t in c_types.items() if d != dtypes.double} |  # (Metal has no double)
+        {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
+         dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint"},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
