@@ -132,8 +132,9 @@ def _output(nv: ctypes.CDLL, prog: c_void_p, what: str) -> bytes:  # what: "Prog
   # the log and PTX are text whose size counts a terminating NUL; a CUBIN is binary and kept whole
   return buf.raw if what == "CUBIN" else buf.raw.rstrip(b"\0")
 
-def nvrtc_compile(src: str, arch: str, ptx: bool = False, opts: tuple[str, ...] = ()) -> bytes:
-  """A CUBIN for `arch` ("sm_90"), or PTX for its virtual architecture ("compute_90"); `opts` are extra NVRTC flags."""
+def nvrtc_compile(src: str, arch: str, ptx: bool = False, opts: tuple[str, ...] = (), log: list | None = None) -> bytes:
+  """A CUBIN for `arch` ("sm_90"), or PTX for its virtual architecture ("compute_90"); `opts` are extra NVRTC flags
+  (`--ptxas-options=-v`: registers and spills), and `log`, if given, gets NVRTC's log."""
   dirs = list(dict.fromkeys([f"{t}/include" for t in _toolkits()] + _wheels("include")))
   fp16 = [d for d in dirs if os.path.exists(os.path.join(d, "cuda_fp16.h"))]  # (cuda_bf16.h is beside it)
   if ("cuda_fp16.h" in src or "cuda_bf16.h" in src) and not fp16:
@@ -147,6 +148,7 @@ def nvrtc_compile(src: str, arch: str, ptx: bool = False, opts: tuple[str, ...] 
     except CUDAError as e:
       lines = "\n".join(f"{i:4} {line}" for i, line in enumerate(src.splitlines(), 1))
       raise CompileError(f"{e}\n{_output(nv, prog, 'ProgramLog').decode().strip()}\n{lines}") from None
+    if log is not None: log.append(_output(nv, prog, "ProgramLog").decode())
     return _output(nv, prog, "PTX" if ptx else "CUBIN")
   finally: nv.nvrtcDestroyProgram(byref(prog))
 

@@ -1935,6 +1935,70 @@ def test_ints_and_bools_on_the_emulator(name):
   got = graph(*emulated(*inputs))
   assert got.dtype == dtype and got.tolist() == ref(*inputs)
 
+# Tensor cores: a matmul of 16-bit floats as a warp's mma.sync tiles, run on the emulator, which multiplies the lanes'
+# fragments where the device's layout puts them.
+
+def narrow_matrix(shape, seed, dtype):  # random values that the dtype holds exactly
+  rounded = f16 if dtype == dtypes.half else bf16
+  return [[rounded(v) for v in row] for row in rand_list(shape, seed)]
+
+@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16])
+@pytest.mark.parametrize("m, k, n", [(48, 80, 24), (16, 16, 8), (32, 208, 56)])  # tiles 3x5x3, one, 2x13x7
+def test_tensor_cores_multiply_16_bit_floats_on_the_emulator(dtype, m, k, n):
+  x, w = narrow_matrix((m, k), m + k, dtype), narrow_matrix((k, n), n, dtype)
+  out = Tensor(x, dtype=dtype, device="PYTHON") @ Tensor(w, dtype=dtype, device="PYTHON")
+  prog = tiny.render(out)[-1]
+  assert prog.opts == f"warp {k}:16" and any(u.op is tiny.Ops.WMMA for u in prog.uops) and prog.local_size == (32, 1, 1)
+  rounded, ulp = (f16, 2**-10) if dtype == dtypes.half else (bf16, 2**-7)
+  want = ref_ew(rounded, ref_matmul(x, w))  # the exact sum, rounded once: the device rounds sums of 16 to float32
+  assert out.dtype == dtype
+  assert_close(out.float().tolist(), want, rtol=ulp, atol=1e-6)
+
+def test_tensor_cores_take_a_batch_of_matmuls():
+  x = [narrow_matrix((16, 32), 70 + i, dtypes.half) for i in range(3)]
+  w = [narrow_matrix((32, 8), 80 + i, dtypes.half) for i in range(3)]
+  out = Tensor(x, dtype=dtypes.half, device="PYTHON") @ Tensor(w, dtype=dtypes.half, device="PYTHON")
+  assert tiny.render(out)[-1].opts == "warp 32:16"
+  assert_close(out.float().tolist(), [ref_ew(f16, ref_matmul(a, b)) for a, b in zip(x, w)], rtol=2**-10, atol=1e-6)
+
+@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16])
+def test_metal_simdgroup_tiles_multiply_on_the_emulator(dtype, monkeypatch):
+  """Metal's lowering, run by the emulator with the simdgroup layout, and its source with the instruction."""
+  _, runtime = tiny._Device.kinds["PYTHON"]
+  monkeypatch.setitem(tiny._Device.kinds, "PYTHON", (tiny.METAL, runtime))
+  monkeypatch.setattr(tiny, "program_cache", {})
+  monkeypatch.setattr(tiny, "plans", tiny.Bounded())
+  x, w = narrow_matrix((24, 40), 75, dtype), narrow_matrix((40, 16), 76, dtype)
+  out = Tensor(x, dtype=dtype, device="PYTHON") @ Tensor(w, dtype=dtype, device="PYTHON")
+  prog = tiny.render(out)[-1]
+  assert prog.opts == "warp 40:8" and "simdgroup_multiply_accumulate(mc, ma, mb, mc);" in prog.src
+  rounded, ulp = (f16, 2**-10) if dtype == dtypes.half else (bf16, 2**-7)
+  assert_close(out.float().tolist(), ref_ew(rounded, ref_matmul(x, w)), rtol=ulp, atol=1e-6)
+
+def test_a_matmul_its_tiles_dont_divide_runs_without_tensor_cores():
+  x, w = narrow_matrix((17, 33), 71, dtypes.half), narrow_matrix((33, 9), 72, dtypes.half)
+  out = Tensor(x, dtype=dtypes.half, device="PYTHON") @ Tensor(w, dtype=dtypes.half, device="PYTHON")
+  assert not any(u.op is tiny.Ops.WMMA for p in tiny.render(out) for u in p.uops)
+  assert_close(out.float().tolist(), ref_ew(f16, ref_matmul(x, w)), rtol=2**-10, atol=1e-6)
+
+def test_a_transposed_fragment_gives_a_wrong_product_on_the_emulator(monkeypatch):
+  """The negative control: the lowering loads A's elements as its transpose, the emulator multiplies by the device's
+  layout, and the product is wrong (with the layout right, the same test gives the product)."""
+  x, w = narrow_matrix((16, 16), 73, dtypes.half), narrow_matrix((16, 8), 74, dtypes.half)
+  def product(core):
+    renderer, runtime = tiny._Device.kinds["PYTHON"]
+    monkeypatch.setitem(tiny._Device.kinds, "PYTHON", (dataclasses.replace(renderer, tensor_cores=(core,)), runtime))
+    monkeypatch.setattr(tiny, "program_cache", {})  # (lowered again: neither a program nor a plan is reused)
+    monkeypatch.setattr(tiny, "plans", tiny.Bounded())
+    out = Tensor(x, dtype=dtypes.half, device="PYTHON") @ Tensor(w, dtype=dtypes.half, device="PYTHON")
+    assert any(u.op is tiny.Ops.WMMA for u in tiny.render(out)[-1].uops)
+    return out.float().tolist()
+  core = tiny.TENSOR_CORES["mma.m16n8k16.half"]
+  want = ref_ew(f16, ref_matmul(x, w))
+  assert_close(product(core), want, rtol=2**-10, atol=1e-6)
+  wrong = product(core._replace(a=lambda lane, i: core.a(lane, i)[::-1]))
+  assert max(abs(p - q) for p, q in zip(flat(wrong), flat(want))) > 0.5
+
 @pytest.mark.usefixtures("gpu_lowering")
 def test_float16_on_the_emulator():
   x = [f16(v) for v in rand_list((33,), 108)]
@@ -2121,6 +2185,16 @@ def test_half_kernel_without_cuda_fp16_h_says_where_it_looked(monkeypatch, tmp_p
   monkeypatch.setattr(cuda_rt, "_wheels", lambda sub: [str(tmp_path / sub)])
   with pytest.raises(RuntimeError, match=f"float CUDA kernels need cuda_fp16.h and cuda_bf16.h, which are in none of {tmp_path}"):
     cuda_rt.nvrtc_compile(HALF_KERNEL, "sm_90")
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_tensor_core_kernels_compile_without_spills(arch):
+  for dtype in dtypes.narrow:
+    prog = tiny.render(Tensor.empty(64, 48, dtype=dtype) @ Tensor.empty(48, 40, dtype=dtype), device="CUDA")[-1]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32" in prog.src
+    log: list[str] = []
+    assert cuda_rt.nvrtc_compile(prog.src, arch, opts=("--ptxas-options=-v",), log=log)[:4] == b"\x7fELF"
+    assert "0 bytes spill stores, 0 bytes spill loads" in log[0], log[0]
 
 def test_missing_driver_is_one_plain_sentence(fresh):
   fresh.setenv("TINY_LIBCUDA", "/nonexistent/libcuda.so.1")
@@ -4432,16 +4506,17 @@ def test_lowered_kernels_are_recorded():
 
 def lowered_kernels() -> list[tuple]:
   """Every (kernel AST, NOOPT) lowered so far, after a few kernels of each kind (elementwise, reduce, shared memory,
-  matmul, half, bfloat16) have been, so that the tests below check something when run alone."""
+  matmul, half, bfloat16, tensor cores) have been, so that the tests below check something when run alone."""
   a, b, c = Tensor.empty(7, 33), Tensor.empty(7, 33, dtype=dtypes.float16), Tensor.empty(7, 33, dtype=dtypes.bfloat16)
   tiny.render(a * 2 + 1, a.max(axis=1), a.softmax(), a @ a.T, (b * b).sum(), b.max(axis=1), c @ c.T, c.exp().max(1),
-              device="CUDA")
+              *[Tensor.empty(32, 48, dtype=d) @ Tensor.empty(48, 16, dtype=d) for d in dtypes.narrow], device="CUDA")
   return list(LOWERED)
 
 def rendered(monkeypatch, device: str) -> dict[str, tiny.Program]:
   """Each lowered kernel rendered for `device`, with the NOOPT it was lowered under; one entry per distinct source."""
   out = {}
   for ast, noopt in lowered_kernels():
+    if device == "METAL" and any(u.dtype == dtypes.double for u in ast.toposort): continue  # (it has none: it says so)
     monkeypatch.setenv("NOOPT", str(noopt))
     prog = tiny.to_program(ast, device)
     out[prog.src] = prog

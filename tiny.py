@@ -10,7 +10,8 @@ Sections:
   gradients       a derivative rule per primitive, and the walk that applies them from a loss back
   nn              optimizers (a step is lazy assigns), layers, weights on disk (safetensors)
   scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
-  lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, BEAM), lanes and
+  lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, tensor cores,
+                  BEAM), lanes and
                   threads, accumulators, streaming stores, linearize. What tunes a CPU's memory traffic, each with its
                   reason where it is: reread (a row's dear values stored once and read back, the next row prefetched,
                   a row on the stack where the output goes past the cache), pack (a matmul's b in tiles: the
@@ -169,6 +170,7 @@ class Ops(IntEnum):
   # (ASSIGN: in a kernel, an accumulator's update; over tensors, a write into a tensor's buffer, as Tensor.assign)
   DEFINE_LOCAL = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); END = auto(); BARRIER = auto(); PREFETCH = auto()
   VECTORIZE = auto(); GEP = auto(); CAST = auto(); BITCAST = auto()
+  WMMA = auto()  # a warp's tile product on its tensor cores: D = A @ B + C, each lane holding its fragments
   # ALU
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto()
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
@@ -187,6 +189,7 @@ class AxisType(Enum):
   every thread of a GPU block, a row's columns). A kernel's name lists its axes in this order."""
   THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
   UNROLL = auto()
+  WARP = auto()  # (only an opt's kind: a matmul's tiles on a warp's tensor cores; its lanes are LOCAL)
 
 class Axis(NamedTuple):  # a RANGE's arg
   id: int  # every range of the process has its own: ranges of different kernels never merge
@@ -3257,9 +3260,10 @@ def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies
 
 @dataclass(frozen=True)
 class Opt:
-  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP or THREAD
+  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP, THREAD, or WARP (the reduce of a matmul on tensor cores)
   axis: UOp       # the RANGE to split
   amount: int
+  core: TensorCore|None = None  # a WARP opt's
   def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
 
 def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:  # the heuristic's opts, then the launch's, applied
@@ -3275,6 +3279,7 @@ def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[
   return sink, opts
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
+  if opt.kind is AxisType.WARP: return on_tensor_cores(sink, opt.core)
   n = opt.axis.size
   # the outer part keeps the range's id, and so its place among the loops: rows stay outside columns
   outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, cdiv(n, opt.amount)),), opt.axis.arg)
@@ -3307,7 +3312,89 @@ def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
 
 def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
-  return (shared_reduces(sink, dev) if dev.gpu else []) or lanes_and_tiles(sink, dev)
+  return tensor_core_opts(sink, dev) or (shared_reduces(sink, dev) if dev.gpu else []) or lanes_and_tiles(sink, dev)
+
+# Tensor cores: a warp multiplies tiles of a matrix (D = A @ B + C, A and B in 16-bit floats, C and D in float32) in one
+# instruction, each of its 32 lanes holding a few elements of each tile, where the device's layout puts them. The
+# layout is defined once, here: the lowering loads and stores each lane's elements by it, and the emulator multiplies
+# the lanes' fragments by it, as the device does.
+class TensorCore(NamedTuple):
+  name: str                    # the instruction, which the emulator knows it by
+  dims: tuple[int, int, int]   # m, n, k: D is m x n, A m x k, B k x n
+  dtype: DType                 # of A and B
+  a: Callable  # (lane, i) -> (row, column) in A of the lane's element i, for a lane that is an int or a UOp
+  b: Callable
+  c: Callable  # of C and D
+  elements: tuple[int, int, int]  # a lane's elements of A, B and C
+
+def _mma(dtype:DType) -> TensorCore:
+  """CUDA's mma.sync m16n8k16 (sm_80 and later), as PTX's ISA lays out its fragments: lane l is in group l // 4,
+  thread l % 4 of its group; A's elements go by pairs down rows g and g + 8, then 8 columns on, B's by pairs down its
+  rows, in column g, C's by pairs along rows g and g + 8."""
+  return TensorCore(f"mma.m16n8k16.{dtype.name}", (16, 8, 16), dtype,
+                    a=lambda l, i: (l // 4 + 8 * (i // 2 % 2), l % 4 * 2 + i % 2 + 8 * (i // 4)),
+                    b=lambda l, i: (l % 4 * 2 + i % 2 + 8 * (i // 2), l // 4),
+                    c=lambda l, i: (l // 4 + 8 * (i // 2), l % 4 * 2 + i % 2), elements=(8, 4, 4))
+def _simdgroup(dtype:DType) -> TensorCore:
+  """Metal's simdgroup_multiply_accumulate on 8x8 matrices, each lane holding two elements side by side of each, the
+  same for A, B and C: pairs along a row, two lanes a row, rows in pairs of quads (as Apple's GPUs lay them out)."""
+  def at(l, i): return (l // 2 % 2 + 2 * (l // 4 % 2) + 4 * (l // 16), i + 2 * (l % 2) + 4 * (l // 8 % 2))
+  return TensorCore(f"simdgroup.8x8x8.{dtype.name}", (8, 8, 8), dtype, a=at, b=at, c=at, elements=(2, 2, 2))
+TENSOR_CORES = {tc.name: tc for tc in (_mma(dtypes.half), _mma(dtypes.bfloat16), _simdgroup(dtypes.half),
+                                       _simdgroup(dtypes.bfloat16))}
+
+class Fit(NamedTuple):  # a reduce a tensor core can take, and its parts
+  reduce: UOp
+  m: UOp  # the ranges of A's rows, B's columns, and the shared axis
+  n: UOp
+  k: UOp
+  a: UOp  # the 16-bit values multiplied, before their cast to float
+  b: UOp
+
+def tensor_core_fit(sink:UOp, core:TensorCore) -> Fit|None:
+  """The one reduce of this kernel, if it sums products of two 16-bit floats of the core's dtype, cast to float, over
+  an axis that both read, each with an output axis of its own, and the core's tile divides every one (the rest fall
+  back to the other opts)."""
+  reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
+  if len(reduces) != 1 or len(sink.src) != 1 or reduces[0].arg is not Ops.ADD or len(reduces[0].src) != 2: return None
+  r, mul = reduces[0], reduces[0].src[0]
+  if mul.op is not Ops.MUL or any(s.op is not Ops.CAST or s.src[0].dtype != core.dtype for s in mul.src): return None
+  x, y = (s.src[0] for s in mul.src)
+  rx, ry, k = set(ranges(x)), set(ranges(y)), r.src[1]
+  own_x, own_y = [q for q in rx - ry if q.kind is AxisType.GLOBAL], [q for q in ry - rx if q.kind is AxisType.GLOBAL]
+  if len(own_x) != 1 or len(own_y) != 1 or k not in rx & ry: return None
+  (m, a), (n, b) = sorted([(own_x[0], x), (own_y[0], y)], key=lambda p: p[0].arg.id)  # rows outside columns
+  if any(q.size % d for q, d in zip((m, n, k), core.dims)): return None
+  return Fit(r, m, n, k, a, b)
+
+def tensor_core_opts(sink:UOp, dev:Target) -> list[Opt]:
+  return next(([Opt(AxisType.WARP, fit.k, core.dims[2], core)] for core in dev.renderer.tensor_cores
+               if (fit := tensor_core_fit(sink, core))), [])
+
+def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
+  """The reduce as one warp a tile of m x n outputs: each step of k // 16 loads each lane's elements of A's and B's
+  tiles into vectors, multiplies them on the tensor cores, and adds each of the lane's elements of the product to its
+  own accumulator; the store then runs once for each of them, where the layout puts it."""
+  fit = tensor_core_fit(sink, core)
+  (tm, tn, tk), store = core.dims, sink.src[0]
+  tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
+           for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place among the loops)
+  (mo, no, ko), lane = tiles, new_range(32, AxisType.LOCAL)
+  m, n, k = [(q, tile, d) for q, tile, d in zip((fit.m, fit.n, fit.k), tiles, core.dims)]
+  def fragment(x:UOp, rows:tuple, cols:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
+    (r, r_tile, r_size), (c, c_tile, c_size) = rows, cols
+    return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
+                                                       for i, j in (at(lane, e) for e in range(count))))
+  zero = UOp(Ops.VECTORIZE, dtypes.float.vec(core.elements[2]), (UOp.const(dtypes.float, 0.0),) * core.elements[2])
+  product = UOp(Ops.WMMA, dtypes.float.vec(core.elements[2]), (
+    fragment(fit.a, m, k, core.a, core.elements[0], core.dtype), fragment(fit.b, k, n, core.b, core.elements[1], core.dtype),
+    zero), core.name)
+  stores = []
+  for i in range(core.elements[2]):
+    row, col = core.c(lane, i)
+    total = UOp(Ops.REDUCE, dtypes.float, (UOp(Ops.GEP, dtypes.float, (product,), i), ko), Ops.ADD)
+    stores.append(substitute(store, {fit.reduce: total, fit.m: mo * tm + row, fit.n: no * tn + col}))
+  return simplify(sink.replace(src=tuple(stores)))
 
 def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
   """A GPU block's threads share a reduce where a thread per output would leave the GPU idle or read rows apart: a row
@@ -3459,10 +3546,13 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
 def candidates(sink:UOp, dev:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
   whole; on a GPU, threads on an output range or across a reduction (a range's tail past the last block is gated),
-  where no opt made threads yet. (A group folds in shared memory with one slot per thread of its own range: a second
-  set of threads would race on it. A row program's block, whose reduces and columns take turns on one thread id, is
-  the heuristic's.)"""
+  where no opt made threads yet, and a matmul of 16-bit floats on tensor cores, before any other. (A group folds in
+  shared memory with one slot per thread of its own range: a second set of threads would race on it. A row program's
+  block, whose reduces and columns take turns on one thread id, is the heuristic's.)"""
+  if any(u.op is Ops.WMMA for u in sink.toposort): return []  # (a warp's tiles are laid out as the device's)
   rs = ranges(sink)
+  # tensor cores first or never: their tiles take whole ranges
+  cores = [] if any(r.kind not in (AxisType.GLOBAL, AxisType.REDUCE) for r in rs) else tensor_core_opts(sink, dev)
   lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
   blocks = dev.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
   kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []), AxisType.LOOP: [AxisType.UPCAST],
@@ -3471,8 +3561,8 @@ def candidates(sink:UOp, dev:Target) -> list[Opt]:
     if kind is AxisType.UPCAST: return r.size % n == 0 and lanes * n <= 64 and _may_be_lanes(sink, r)
     if kind is AxisType.UNROLL: return r.size % n == 0 and lanes * n <= 64
     return n <= dev.local_max
-  return [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 128, 256)
-          if n < r.size and fits(kind, r, n)]
+  return cores + [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 128, 256)
+                  if n < r.size and fits(kind, r, n)]
 
 def _tried(fn:Callable, *args):  # a candidate that fails to compile or to launch (too many registers, say) is none
   try: return fn(*args)
@@ -3826,6 +3916,8 @@ class Renderer:
   streams: dict[int, str] = field(default_factory=dict)  # a store past the cache (see stream), by the vector's bytes
   fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
   bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: C's one defined way is a union
+  tensor_cores: tuple[TensorCore, ...] = ()  # what on_tensor_cores may put a matmul's reduce on
+  wmma: str = ""  # a WMMA of {a}, {b}, {c}, by its core's {name}
   to_bfloat16: str = "tiny_to_bf16({x})"      # a float x rounded to bfloat16 (see in_float32)
   from_bfloat16: str = "tiny_from_bf16({x})"  # a bfloat16 x as a float
 
@@ -4033,6 +4125,8 @@ string_rules = PatternMatcher(vector_rules + [
     lambda ctx, u: ctx.bitcast.format(src=ctx.types[u.src[0].dtype], dst=ctx.types[u.dtype], x=ctx[u.src[0]])),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
+  (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.wmma.format(name=u.arg.replace(".", "_"), a=ctx[u.src[0]],
+                                                           b=ctx[u.src[1]], c=ctx[u.src[2]])),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
   (UPat(Ops.PREFETCH, name="u"), lambda ctx, u: f"__builtin_prefetch({_at(ctx, u)});"),  # (CPUs': reread)
@@ -4079,18 +4173,47 @@ CPU = Renderer(
            **{f"{n}{w}": (f"typedef {t} {n}{w} __attribute__((vector_size({4 * w})));",)
               for t, n in (("float", "float"), ("int", "int"), ("unsigned int", "uint")) for w in widths}})
 
+def _cuda_mma(core:TensorCore) -> tuple[str, ...]:
+  """The structs of A's and B's fragments (halves or bfloat16s side by side), and the mma.sync of their 32-bit
+  registers, two elements each (the lower half the first), as PTX takes them."""
+  scalar, ptx = {dtypes.half: ("half", "f16"), dtypes.bfloat16: ("__nv_bfloat16", "bf16")}[core.dtype]
+  structs = []
+  for n in core.elements[:2]:
+    name, args = f"{core.dtype.name}{n}", [f"{scalar} x{i}" for i in range(n)]
+    structs += [f"struct __align__({2 * n}) {name} {{ {scalar} v[{n}]; }};",
+                f"__device__ inline {name} make_{name}({', '.join(args)}) "
+                f"{{ return {{{{{', '.join(f'x{i}' for i in range(n))}}}}}; }}"]
+  a, b = (f"{core.dtype.name}{n}" for n in core.elements[:2])
+  return (*structs, f"__device__ inline float4 tiny_{core.name.replace('.', '_')}({a} a, {b} b, float4 c) {{ "
+          "const unsigned *x = (const unsigned*)&a, *y = (const unsigned*)&b; "
+          f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
+          '{%8, %9}, {%0, %1, %2, %3};" : "+f"(c.x), "+f"(c.y), "+f"(c.z), "+f"(c.w) : "r"(x[0]), "r"(x[1]), '
+          '"r"(x[2]), "r"(x[3]), "r"(y[0]), "r"(y[1])); return c; }')
+
 CUDA = Renderer(
   "CUDA", gpu=True, kernel='extern "C" __global__ void __launch_bounds__({threads})', param="{type}* {name}",
   ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"}, lanes=(".x", ".y", ".z", ".w"),
   vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bfloat16: "__nv_bfloat16",
-                                                  dtypes.bool: "bool"},
+                                                  dtypes.bool: "bool"} |
+                                                 {d.vec(n): f"{d.name}{n}" for d in dtypes.narrow for n in (4, 8)},
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
   barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
+  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("mma")), wmma="tiny_{name}({a}, {b}, {c})",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            "half": ("#include <cuda_fp16.h>",), **{name: ("#include <cuda_bf16.h>",) for name in ("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float")},
            "tiny_bitcast": ("template <class T, class F> __device__ T tiny_bitcast(F x) "
-                            "{ union { F a; T b; } u; u.a = x; return u.b; }",)})
+                            "{ union { F a; T b; } u; u.a = x; return u.b; }",),
+           **{f"tiny_{core.name.replace('.', '_')}": _cuda_mma(core) for core in TENSOR_CORES.values()
+              if core.name.startswith("mma")}})
+
+def _metal_simdgroup(core:TensorCore) -> str:  # the lane's elements into 8x8 matrices, and the product's back
+  typ = {dtypes.half: "half", dtypes.bfloat16: "bfloat"}[core.dtype]
+  def load(m:str, x:str) -> str: return f"{m}.thread_elements()[0] = {x}[0]; {m}.thread_elements()[1] = {x}[1];"
+  return (f"float2 tiny_{core.name.replace('.', '_')}({typ}2 a, {typ}2 b, float2 c) {{ simdgroup_{typ}8x8 ma, mb; "
+          f"simdgroup_float8x8 mc; {load('ma', 'a')} {load('mb', 'b')} {load('mc', 'c')} "
+          "simdgroup_multiply_accumulate(mc, ma, mb, mc); return float2(mc.thread_elements()[0], "
+          "mc.thread_elements()[1]); }")
 
 METAL = Renderer(
   "METAL", gpu=True, vector_ops=frozenset({Ops.ADD, Ops.MUL, Ops.NEG}), kernel="kernel void",
@@ -4099,13 +4222,17 @@ METAL = Renderer(
   ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
   types={d: t for d, t in c_types.items() if d != dtypes.double} |  # (Metal has no double)
         {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
-         dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint"},
+         dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint"} |
+        {d.vec(2): f"{name}2" for d, name in ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
   to_bfloat16="bfloat({x})", from_bfloat16="float({x})",
-  headers={None: ("#include <metal_stdlib>", "using namespace metal;")})
+  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("simdgroup")), wmma="tiny_{name}({a}, {b}, {c})",
+  headers={None: ("#include <metal_stdlib>", "using namespace metal;"),
+           **{f"tiny_{core.name.replace('.', '_')}": (_metal_simdgroup(core),) for core in TENSOR_CORES.values()
+              if core.name.startswith("simdgroup")}})
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Devices: a device is an allocator (freed buffers kept by size, for reuse), a compiler (cached in memory and on disk,
@@ -4232,10 +4359,19 @@ class Emulator:
       start = time.perf_counter()
       for gid in itertools.product(*[range(n) for n in global_size]):
         local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
-        threads = [run_thread(Thread(prog, bufs, local, gid, lid))
-                   for lid in itertools.product(*[range(n) for n in local_size])]
-        while threads:  # each thread runs to its next barrier; those that finished leave
-          threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
+        # each thread runs to its next barrier (or a warp's WMMA, which its lanes get the product of); those that
+        # finished leave. (A thread's lane: its index in the block, x fastest, mod 32, as a GPU counts them.)
+        lids = [lid[::-1] for lid in itertools.product(*[range(n) for n in local_size[::-1]])]
+        sent = {run_thread(Thread(prog, bufs, local, gid, lid)): None for lid in lids}
+        while sent:
+          asked = {}
+          for t, reply in sent.items():
+            with contextlib.suppress(StopIteration): asked[t] = t.send(reply)
+          sent = dict.fromkeys(asked)
+          if wmma := next((u for u in prog.uops if u.op is Ops.WMMA), None) if any(asked.values()) else None:
+            waiting = list(asked)
+            for warp in (waiting[i:i + 32] for i in range(0, len(waiting), 32)):
+              sent |= dict(zip(warp, warp_product(TENSOR_CORES[wmma.arg], [asked[t] for t in warp])))
       return time.perf_counter() - start
     return run
 
@@ -4288,6 +4424,21 @@ emulated: dict[Ops, Callable[[Thread, UOp, dict], Any]] = {
   Ops.BITCAST: lambda t, u, vals: decoded(u.dtype, encoded(u.src[0].dtype, [vals[u.src[0]]]))[0],
   **{op: lambda t, u, vals: exec_alu(u.op, u.dtype, [vals[s] for s in u.src]) for op in GroupOp.ALU}}
 
+def warp_product(core:TensorCore, fragments:list[tuple]) -> list[tuple]:
+  """D = A @ B + C for a warp, from each lane's (A, B, C) elements, and each lane's elements of D: the products summed
+  exactly, then rounded to float32 (a device may round on the way)."""
+  m, n, k = core.dims
+  a, b, c = [[0.0] * k for _ in range(m)], [[0.0] * n for _ in range(k)], [[0.0] * n for _ in range(m)]
+  for lane, (fa, fb, fc) in enumerate(fragments):
+    for at, values, tile in ((core.a, fa, a), (core.b, fb, b), (core.c, fc, c)):
+      for i, v in enumerate(values):
+        row, col = at(lane, i)
+        tile[row][col] = v
+  d = [[truncate(dtypes.float, math.fsum([c[i][j]] + [a[i][x] * b[x][j] for x in range(k)])) for j in range(n)]
+       for i in range(m)]
+  return [tuple(d[row][col] for row, col in (core.c(lane, i) for i in range(core.elements[2])))
+          for lane in range(len(fragments))]
+
 def run_thread(t:Thread):
   """Step through the linear UOps: loops jump back at END, a barrier yields to the block's other threads."""
   uops, vals, pc = t.prog.uops, {}, 0
@@ -4299,6 +4450,7 @@ def run_thread(t:Thread):
       vals[loop] += 1
       if vals[loop] < loop.size: pc = start[loop] + 1; continue
     elif u.op is Ops.BARRIER: yield
+    elif u.op is Ops.WMMA: vals[u] = yield tuple(vals[s] for s in u.src)  # the warp's product, its lanes' fragments
     elif u.op is Ops.ASSIGN: vals[u.src[0]] = vals[u.src[1]]  # the accumulator takes its update's value
     elif u.op in emulated: vals[u] = emulated[u.op](t, u, vals)
     pc += 1
