@@ -3943,6 +3943,38 @@ def test_jitted_training_steps_equal_eager_ones_bit_for_bit(opt):
   assert eager == jitted and eager[0][-1] < eager[0][0]
 
 
+# --- composites: built once per structure of their inputs, made again over each call's, node for node
+
+def composite_inputs():
+  w = Tensor(rand_list((13, 7), 90)).realize()
+  return {"buffer": w, "moved": w.T.reshape(7, 13).permute(1, 0)[2:11], "lazy": w * 2 + 1,
+          "expanded": Tensor([1.5, -2.0, 0.25, 3.0, -1.0, 0.5, 2.0]).reshape(1, 7).expand(13, 7)}
+
+@pytest.mark.parametrize("kind", ["buffer", "moved", "lazy", "expanded"])
+def test_a_composite_builds_the_graph_its_method_would(kind):
+  x = composite_inputs()[kind]
+  b = Tensor(rand_list((5,), 91)).realize()
+  w = Tensor(rand_list((x.shape[-1], 5), 92)).realize()
+  cases = [(Tensor.softmax, (x,), {}), (Tensor.log_softmax, (x, 0), {}), (Tensor.layernorm, (x,), {"eps": 1e-3}),
+           (Tensor.gelu, (x,), {}), (Tensor.var, (x, 1), {"correction": 0}), (Tensor.relu, (x,), {}),
+           (Tensor.linear, (x, w, b), {}), (Tensor.linear, (x, w.T.T), {"bias": b}), (Tensor.dot, (x, w), {}),
+           (Tensor.logsumexp, (x, -1, True), {}), (Tensor.mean, (x,), {}), (Tensor.sigmoid, (x,), {})]
+  for method, args, kwargs in cases:
+    for _ in range(2):  # the template's first call, then a call that only makes it again
+      assert method(*args, **kwargs).uop is method.__wrapped__(*args, **kwargs).uop, method.__name__
+  assert_close(x.softmax().tolist(), ref_softmax(x.tolist(), 1), rtol=1e-5)
+
+def test_a_composite_takes_what_no_template_holds():
+  x = Tensor(rand_list((3, 4, 5), 93))
+  assert_close(x.mean(axis=[0, 2]).tolist(), [math.fsum(v for plane in x.tolist() for v in plane[j]) / 15
+                                               for j in range(4)], rtol=1e-5)  # (a list: no key holds it)
+  twice = tiny.composite(lambda t: t.detach() * 2)  # a detached view: made as it is each call
+  for seed in range(2):
+    y = Tensor(rand_list((4,), 94 + seed))
+    assert twice(y).tolist() == [2 * v for v in y.tolist()]
+  with pytest.raises(tiny.ShapeError): Tensor.ones(3, 4).linear(Tensor.ones(5, 2))  # its errors, every call
+  with pytest.raises(tiny.ShapeError): Tensor.ones(3, 4).linear(Tensor.ones(5, 2))
+
 # --- layers: each against a pure-Python reference, forward and gradient
 
 def _conv_ref(x, w, stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1):

@@ -363,9 +363,14 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return (self.op is Ops.CONST, self.op.value, repr(self.dtype), arg, tuple(s.key for s in self.src))
   @functools.cached_property
   def buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads: how assign() finds what reads a buffer
-    for u in self._sources:  # sources first, so a long chain doesn't recurse
-      if "buffers" not in u.__dict__: u.__dict__["buffers"] = u._buffers()
-    return self._buffers()
+    seen, stack = set(), [(self, False)]  # sources first, so a long chain doesn't recurse, and only the ones not known
+    while stack:                          # yet: a graph built on one asked before walks its new part
+      u, done = stack.pop()
+      if done: u.__dict__["buffers"] = u._buffers()
+      elif "buffers" not in u.__dict__ and u not in seen:
+        seen.add(u)
+        stack += [(u, True)] + [(s, False) for s in u.src]
+    return self.__dict__["buffers"]
   def _buffers(self) -> frozenset[UOp]:
     if self.op is Ops.BUFFER: return frozenset((self,))
     return self.src[0].buffers if len(self.src) == 1 else frozenset().union(*[s.buffers for s in self.src])
@@ -849,6 +854,63 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
   return (v,) * dims if isinstance(v, int) else tuple(v)
 
+class Bounded(dict):
+  """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
+  def __init__(self, most:int=4096): super().__init__(); self.most = most
+  def __setitem__(self, key, value):
+    if len(self) >= self.most and key not in self: self.pop(next(iter(self)), None)
+    super().__setitem__(key, value)
+
+class Placeholder(NamedTuple):  # a BUFFER's arg in a composite's template: which of its inputs it stands for
+  composite: str
+  index: int
+
+def composite(fn:Callable) -> Callable:
+  """A method composed of others builds the same graph for every call whose inputs have the same shapes, dtypes and
+  devices and whose other arguments are equal: it is built once, over placeholders, and made again over each call's
+  inputs, node for node what the method would build, without its shape checks and broadcasts (a model step's graph
+  builds about three times as fast). A template a placeholder's view can't be made again in (a detached view) isn't
+  kept, nor one of an argument no key holds (a list)."""
+  templates = Bounded()
+  @functools.wraps(fn)
+  def built(*args, **kwargs) -> Tensor:
+    key = tuple((Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), _key(a))
+                for a in (*args, *kwargs.values())) + tuple(kwargs)
+    try:
+      if key not in templates: templates[key] = _template(fn, args, kwargs)
+      template = templates[key]
+    except TypeError: template = None  # (or the method's own error, which the call below raises again)
+    if template is None: return fn(*args, **kwargs)
+    leaves, out, device = template
+    inputs = [a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+    return Tensor._of(_rebuilt(out, dict(zip(leaves, inputs)), {}), device)
+  return built
+
+def _template(fn:Callable, args:tuple, kwargs:dict) -> tuple[list[UOp], UOp, str]|None:
+  leaves: list[UOp] = []
+  def stand_in(a):  # a tensor's placeholder: a whole view of a BUFFER that no buffer is behind
+    if not isinstance(a, Tensor): return a
+    leaves.append(UOp(Ops.BUFFER, a.dtype, (), Placeholder(fn.__qualname__, len(leaves))))
+    return Tensor._of(UOp(Ops.VIEW, a.dtype, (leaves[-1],), ShapeTracker.contiguous(a.shape)), a.device)
+  args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
+  out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
+  def first(st:ShapeTracker) -> ShapeTracker: return st if st.before is None else first(st.before)
+  if any(u.op is Ops.VIEW and u.src[0] in leaves and first(u.arg) != ShapeTracker.contiguous(first(u.arg).shape)
+         for u in out.uop.toposort): return None
+  return leaves, out.uop, out.device
+
+def _rebuilt(u:UOp, inputs:dict[UOp, UOp], memo:dict[UOp, UOp]) -> UOp:
+  """A template's node over the inputs: a placeholder's view is the input moved as the view was, the rest as it was."""
+  if (done := memo.get(u)) is None:
+    if u.op is Ops.VIEW and u.src[0] in inputs:
+      done = inputs[u.src[0]].moved(*moves) if (moves := _moves(u.arg)) else inputs[u.src[0]]
+    else: done = UOp(u.op, u.dtype, tuple(_rebuilt(s, inputs, memo) for s in u.src), u.arg) if u.src else u
+    memo[u] = done
+  return done
+
+def _moves(st:ShapeTracker) -> list[tuple[str, Any]]:  # the moves that made st, first first
+  return [] if st.before is None else [*_moves(st.before), st.move]
+
 def creates(fn:Callable) -> Callable:
   """A method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
   @functools.wraps(fn)
@@ -1234,10 +1296,13 @@ class Tensor:
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
   def cos(self) -> Tensor: return 1 - 2 * (self._float() / 2).sin().square()  # (x + pi/2 would round a large x)
+  @composite
   def relu(self) -> Tensor: return (self > 0).where(self, 0)  # tinygrad's: its gradient at 0 is 0 (maximum's is 1/2)
+  @composite
   def sigmoid(self) -> Tensor:  # from e^-|x| <= 1: no inf in the value or the gradient
     e = (-self._float().abs()).exp()
     return (self >= 0).where(1 / (1 + e), e / (1 + e))
+  @composite
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
@@ -1362,8 +1427,10 @@ class Tensor:
   def celu(self, alpha=1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
   def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor:
     return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+  @composite
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu
+  @composite
   def gelu(self, approximate="tanh") -> Tensor:  # x P(X <= x) for a standard normal X; "tanh": its approximation
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
@@ -1405,16 +1472,20 @@ class Tensor:
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
+  @composite
   def mean(self, axis=None, keepdim=False) -> Tensor:
     count = prod(self.shape[i] for i in self._axes(axis))
     return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
+  @composite
   def softmax(self, axis=-1) -> Tensor:
     e = (self._float() - self.max(axis, keepdim=True)).exp()
     return e / e.sum(axis, keepdim=True)
+  @composite
   def log_softmax(self, axis=-1) -> Tensor:
     m = self._float() - self.max(axis, keepdim=True)
     return m - m.exp().sum(axis, keepdim=True).log()
   def softmin(self, axis=-1) -> Tensor: return (-self._float()).softmax(axis)
+  @composite
   def logsumexp(self, axis=None, keepdim=False) -> Tensor:
     m = self.max(axis, keepdim=True)
     m = m.isinf().where(0, m)  # a row of -inf is -inf, not nan
@@ -1424,6 +1495,7 @@ class Tensor:
     return (self.cast(dtype) if dtype is not None else self._widened())._reduce(Ops.MUL, axis, keepdim)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+  @composite
   def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
     n = prod(self.shape[i] for i in self._axes(axis))
     return (self - self.mean(axis, keepdim=True)).square().sum(axis, keepdim).div(max(0, n - correction))
@@ -1813,6 +1885,7 @@ class Tensor:
     return self
 
   # --- composites
+  @composite
   def dot(self, w:Tensor) -> Tensor:
     """matmul is reshape + expand + multiply + sum over the shared axis: no special kernel."""
     w = self._const(w)
@@ -1827,9 +1900,11 @@ class Tensor:
     dtype = dtypes.promote(x.dtype, w.dtype)
     return (x.float() * w.float() if dtype in dtypes.narrow else x * w).sum(-1).cast(dtype)
   def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
+  @composite
   def linear(self, weight:Tensor, bias:Tensor|None=None) -> Tensor:
     x = self * weight if weight.ndim == 1 else self.dot(weight)
     return x if bias is None else x + bias
+  @composite
   def layernorm(self, axis=-1, eps:float=1e-5) -> Tensor:  # each row to mean 0 and variance 1
     x = self - self.mean(axis, keepdim=True)
     return x * ((x * x).mean(axis, keepdim=True) + eps).rsqrt()
@@ -2583,13 +2658,6 @@ class Plan:
       launches = self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
     launch(loaded(launches, device), bufs)
     return bufs
-
-class Bounded(dict):
-  """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
-  def __init__(self, most:int=4096): super().__init__(); self.most = most
-  def __setitem__(self, key, value):
-    if len(self) >= self.most and key not in self: self.pop(next(iter(self)), None)
-    super().__setitem__(key, value)
 
 plans: Bounded = Bounded()  # structure -> its plan
 
