@@ -601,7 +601,8 @@ if model == "train": info["learns"] = last < first[0]
 if lib == "tiny-jit":
   replay, = run.replays.values()
   info |= {"kernels": len(replay.launches),
-           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) + sum(n * d.itemsize for _, n, d in replay.made)}
+           "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) +
+                    sum(n * d.itemsize for _, n, d in replay.made)}
 print(json.dumps(info))
 """
 

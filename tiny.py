@@ -1193,6 +1193,7 @@ class Tensor:
     t.uop, t.device = uop, device
     t._enlist()
     return t
+  @composite
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
@@ -1269,6 +1270,7 @@ class Tensor:
     a, b = self._broadcast(x)
     return a._reverse_order().maximum(b._reverse_order())._reverse_order()
   def _reverse_order(self) -> Tensor: return -self if dtypes.is_float(self.dtype) else ~self  # ~x never overflows
+  @composite
   def where(self, x, y) -> Tensor:
     """A Python scalar branch takes the other branch's dtype, as it would in x + 3; two scalars take their own."""
     if not isinstance(x, Tensor): x = y._const(x) if isinstance(y, Tensor) else Tensor(x, device=self.device)
@@ -3436,27 +3438,28 @@ def tensor_core_fit(sink:UOp, core:TensorCore) -> Fit|None:
   return Fit(r, m, n, k, a, b)
 
 def tensor_core_opts(sink:UOp, dev:Target) -> list[Opt]:
-  return next(([Opt(AxisType.WARP, fit.k, core.dims[2], core)] for core in dev.renderer.tensor_cores
-               if (fit := tensor_core_fit(sink, core))), [])
+  for core in dev.renderer.tensor_cores:
+    if (fit := tensor_core_fit(sink, core)) is not None: return [Opt(AxisType.WARP, fit.k, core.dims[2], core)]
+  return []
 
 def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
   """The reduce as one warp a tile of m x n outputs: each step of k // 16 loads each lane's elements of A's and B's
   tiles into vectors, multiplies them on the tensor cores, and adds each of the lane's elements of the product to its
   own accumulator; the store then runs once for each of them, where the layout puts it."""
   fit = tensor_core_fit(sink, core)
-  (tm, tn, tk), store = core.dims, sink.src[0]
+  (tm, tn, _), store = core.dims, sink.src[0]
   tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
            for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place among the loops)
   (mo, no, ko), lane = tiles, new_range(32, AxisType.LOCAL)
-  m, n, k = [(q, tile, d) for q, tile, d in zip((fit.m, fit.n, fit.k), tiles, core.dims)]
+  m, n, k = zip((fit.m, fit.n, fit.k), tiles, core.dims)  # each range, its tiles' range, and the tile's size
   def fragment(x:UOp, rows:tuple, cols:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
     (r, r_tile, r_size), (c, c_tile, c_size) = rows, cols
     return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
                                                        for i, j in (at(lane, e) for e in range(count))))
   zero = UOp(Ops.VECTORIZE, dtypes.float.vec(core.elements[2]), (UOp.const(dtypes.float, 0.0),) * core.elements[2])
-  product = UOp(Ops.WMMA, dtypes.float.vec(core.elements[2]), (
-    fragment(fit.a, m, k, core.a, core.elements[0], core.dtype), fragment(fit.b, k, n, core.b, core.elements[1], core.dtype),
-    zero), core.name)
+  a = fragment(fit.a, m, k, core.a, core.elements[0], core.dtype)
+  b = fragment(fit.b, k, n, core.b, core.elements[1], core.dtype)
+  product = UOp(Ops.WMMA, dtypes.float.vec(core.elements[2]), (a, b, zero), core.name)
   stores = []
   for i in range(core.elements[2]):
     row, col = core.c(lane, i)
@@ -4267,9 +4270,12 @@ CUDA = Renderer(
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
   barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
-  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("mma")), wmma="tiny_{name}({a}, {b}, {c})",
+  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("mma")),
+  wmma="tiny_{name}({a}, {b}, {c})",
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
-           "half": ("#include <cuda_fp16.h>",), **{name: ("#include <cuda_bf16.h>",) for name in ("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float")},
+           "half": ("#include <cuda_fp16.h>",),
+           **{name: ("#include <cuda_bf16.h>",)
+              for name in ("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float")},
            "tiny_bitcast": ("template <class T, class F> __device__ T tiny_bitcast(F x) "
                             "{ union { F a; T b; } u; u.a = x; return u.b; }",),
            **{f"tiny_{core.name.replace('.', '_')}": _cuda_mma(core) for core in TENSOR_CORES.values()
@@ -4291,13 +4297,15 @@ METAL = Renderer(
   types={d: t for d, t in c_types.items() if d != dtypes.double} |  # (Metal has no double)
         {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
          dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint"} |
-        {d.vec(2): f"{name}2" for d, name in ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
+        {d.vec(2): f"{name}2" for d, name in
+         ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
   suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
   to_bfloat16="bfloat({x})", from_bfloat16="float({x})",
-  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("simdgroup")), wmma="tiny_{name}({a}, {b}, {c})",
+  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("simdgroup")),
+  wmma="tiny_{name}({a}, {b}, {c})",
   headers={None: ("#include <metal_stdlib>", "using namespace metal;"),
            **{f"tiny_{core.name.replace('.', '_')}": (_metal_simdgroup(core),) for core in TENSOR_CORES.values()
               if core.name.startswith("simdgroup")}})
