@@ -1417,6 +1417,7 @@ def test_matmul_mismatch_names_both_shapes():
 def test_bad_dtypes_are_type_errors_naming_them():
   with pytest.raises(TypeError, match="float"): Tensor([1.5, 2.0]) & Tensor([True, False])
   with pytest.raises(TypeError, match="notadtype"): Tensor([1, 2]).cast("notadtype")
+  with pytest.raises(AttributeError, match="''"): Tensor([1.0, 2.0]).sum(dtype="")  # (tinygrad's error type too)
   with pytest.raises(TypeError, match="'Q'"): Tensor(array.array("Q", [1, 2]))  # (tiny has no uint64)
   assert Tensor(array.array("d", [0.1, 2.0])).dtype == dtypes.float64
   with pytest.raises(TypeError, match="str"): Tensor([1.0]) + "1"

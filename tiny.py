@@ -73,6 +73,9 @@ class DType:
   def max(self): return dtypes.max(self)
   def __repr__(self): return f"dtypes.{self.name}"
 
+# an unknown dtype name: tinygrad's error (it looks the name up on dtypes), and Python's for a value of the wrong type
+class UnknownDType(TypeError, AttributeError): pass
+
 class dtypes:
   bool = DType(0, 1, "bool", "?")
   int8 = char = DType(1, 1, "char", "b")
@@ -102,7 +105,7 @@ class dtypes:
   def of(x) -> DType:
     if isinstance(x, DType): return x
     if isinstance(x, str) and isinstance(getattr(dtypes, x, None), DType): return getattr(dtypes, x)
-    raise TypeError(f"{x!r} is not a dtype; use one of {', '.join(d.name for d in dtypes.all)}")
+    raise UnknownDType(f"{x!r} is not a dtype; use one of {', '.join(d.name for d in dtypes.all)}")
   @staticmethod
   def limits(d:DType) -> tuple:
     """The smallest and largest value of d: an int's range, False and True, -inf and inf (as tinygrad's min and max)."""
