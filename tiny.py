@@ -6,27 +6,29 @@ Sections:
   pattern matcher rules as (pattern, rewrite) tables, and graph_rewrite that applies them
   symbolic        constant folding, identities, index algebra
   views           movement ops as index maps: View, ShapeTracker
-  Tensor          the user's API: a thin wrapper around one UOp; composites built from primitives
+  Tensor          the user's API: a thin wrapper around one UOp; composites built from primitives, each graph once
+                  per structure of its inputs (composite)
   gradients       a derivative rule per primitive, and the walk that applies them from a loss back
   nn              optimizers (a step is lazy assigns), layers, weights on disk (safetensors)
   scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
   lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, tensor cores,
-                  BEAM), lanes and
-                  threads, accumulators, streaming stores, linearize. What tunes a CPU's memory traffic, each with its
-                  reason where it is: reread (a row's dear values stored once and read back, the next row prefetched,
-                  a row on the stack where the output goes past the cache), pack (a matmul's b in tiles: the
-                  scheduler's), tile_order (a matmul's rows inside its columns), stream (stores past the cache)
+                  BEAM), lanes and threads, accumulators, bfloat16 in float32, streaming stores, linearize. What tunes
+                  a CPU's memory traffic, each with its reason where it is: reread (a row's dear values stored once and
+                  read back, the next row prefetched, a row on the stack where the output goes past the cache), pack (a
+                  matmul's b in tiles: the scheduler's), tile_order (a matmul's rows inside its columns), stream (stores
+                  past the cache)
   renderers       linear UOps -> C, CUDA or Metal source: one algorithm, three dialects as data
   devices         runtimes (the C compiler, the emulator, CUDA and Metal beside this file), buffers
   running         launching kernels, and render() to see them
-  TinyJit         a function's kernels captured once and replayed
-  systems         what a reader of a compiler can skip: the CPU's worker pool in C, cache folders and files
+  TinyJit         a function's kernels captured once and replayed, as one call to the device (graph)
+  systems         what a reader of a compiler can skip: the CPU's worker pool in C (which runs a replay's table of
+                  kernels too), cache folders and files
 
 One realize(), call by call:
   Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
   kernel_outputs, kernel_inputs, group_outputs, _kernel: each kernel's AST) -> Plan.run -> prepare -> to_program ->
-  lower (ranged, optimize, finish: to_cpu or to_gpu, to_lanes, to_accumulators, add_loops, narrow_index, stream,
-  linearize) -> Renderer.render -> Compiled.program (compile, disk cache) -> launch."""
+  lower (ranged, optimize, finish: to_cpu or to_gpu, to_lanes, to_accumulators, in_float32, add_loops, narrow_index,
+  stream, linearize) -> Renderer.render -> Compiled.program (compile, disk cache) -> launch."""
 from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
