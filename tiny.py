@@ -2839,12 +2839,27 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       if f.pending and all(_own_rows(c, f.pending) for c in consumers[u]):  # computed once a row
         if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
         continue
-      spread = len(consumers[u]) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
-                                            for c in consumers[u])  # read by several, reduced again, or broadcast
+      readers = _readers(u, consumers, stored)
+      spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
+                                       for c in readers)  # read by several, reduced again, or broadcast
       if f.pending is not None and spread: realize[u] = "reduce"
-      elif f.cost * (sum(_copies(u, c) for c in consumers[u]) - 1) > STORE_COST: realize[u] = "dear"
+      elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: realize[u] = "dear"
     if not again: return realize, {u: f.reduce for u, f in fused.items()}
     stored |= again
+
+def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str]) -> list[UOp]:
+  """u's consumers, where they meet again in one of them through elementwise ops each read once (and not stored):
+  that one alone, as one kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0))."""
+  def reaches(c:UOp, join:UOp) -> bool:
+    for _ in range(8):  # (a few ops: a diamond)
+      if c in stored or len(consumers[c]) != 1 or (c := consumers[c][0]).op not in GroupOp.ALU | {Ops.CAST}: break
+      if c is join: return True
+    return False
+  cs = consumers[u]
+  if len(cs) > 1 and all(c.op in GroupOp.ALU | {Ops.CAST} for c in cs):
+    for join in cs:
+      if all(c is join or reaches(c, join) for c in cs): return [join]
+  return cs
 
 def _reads_moved(a:UOp) -> bool:
   """Whether an ASSIGN's value reads its buffer other than element by element, where it writes: through another view,
