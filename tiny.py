@@ -1021,6 +1021,7 @@ class Tensor:
     buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
     return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
   @staticmethod
+  @composite
   def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     if stop is None: start, stop = 0, start
     n = check_shape((max(0, math.ceil((stop - start) / step)),))[0]
