@@ -2206,11 +2206,13 @@ class Tensor:
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written."""
-    Tensor._live = {k: ref for k, ref in Tensor._live.items() if ref() is not None}
-    readers = []  # in the order they were made, so that a step's plan is found again on the next
-    for t in [ref() for ref in Tensor._live.values()]:
-      if t is None or any(t is s for s in skip) or _whole_buffer(t.uop) and t.uop.src[0] in buffers: continue
-      if not buffers.isdisjoint(t.uop.buffers): readers.append(t)
+    live, readers, skipped = {}, [], {id(s) for s in skip}  # readers: in the order they were made, so that a step's
+    for k, ref in Tensor._live.items():                     # plan is found again on the next
+      if (t := ref()) is None: continue
+      live[k] = ref  # (the ones alive, kept)
+      if buffers.isdisjoint(t.uop.buffers) or k in skipped or _whole_buffer(t.uop) and t.uop.src[0] in buffers: continue
+      readers.append(t)
+    Tensor._live = live
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop
     if readers: readers[0].realize(*readers[1:])
