@@ -239,7 +239,7 @@ class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
 
 class Node:  # a kernel node of a graph: its parameters, the argument values they point at, and their buffers' slots
   def __init__(self, prog: CUDAProgram, slots: list[int], global_size, local_size):
-    self.handle, self.slots, self.args = c_void_p(), slots, (c_uint64 * len(slots))()
+    self.handle, self.slots, self.args, self.bound = c_void_p(), slots, (c_uint64 * len(slots))(), None
     pointers = (c_void_p * len(slots))(*[ctypes.addressof(self.args) + 8 * i for i in range(len(slots))])
     self.params = KernelNodeParams(prog.func, *global_size, *local_size, 0, pointers)
 
@@ -260,8 +260,8 @@ class CUDAGraph:
   def __call__(self, bufs: list[int]) -> None:
     self.dev.use()
     for node in self.nodes:
-      if list(node.args) != (ptrs := [bufs[s] for s in node.slots]):
-        node.args[:] = ptrs
+      if node.bound != (ptrs := tuple(bufs[s] for s in node.slots)):  # (the pointers it was last set to)
+        node.args[:], node.bound = ptrs, ptrs
         self.dev.cu.cuGraphExecKernelNodeSetParams_v2(self.exec, node.handle, byref(node.params))
     self.dev.cu.cuGraphLaunch(self.exec, None)
   def __del__(self):

@@ -177,8 +177,8 @@ class MetalDevice:
     return None
   def graph(self, kernels: list):
     """Kernels (each with the slots of its buffers and its sizes) as one command buffer a call, bound by slot."""
-    return lambda bufs: self.run(f"a replay of {', '.join(p.name for p, *_ in kernels)}",
-                                 [(p, [bufs[s] for s in slots], g, l) for p, slots, g, l in kernels], False)
+    name = f"a replay of {', '.join(p.name for p, *_ in kernels)}"
+    return lambda bufs: self.run(name, [(p, [bufs[s] for s in slots], g, l) for p, slots, g, l in kernels], False)
 
 # ***** program: one compute pipeline *****
 

@@ -852,6 +852,13 @@ def test_matmul_is_one_kernel():
   a, b = realized((3, 7), (7, 5))
   assert len(tiny.render(a @ b)) == 1
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_relu_of_a_matmul_is_one_kernel_with_it(device):  # relu reads x twice, (x > 0).where(x, 0), in one kernel
+  x, w, b = rand_list((7, 33), 95), rand_list((33, 13), 96), rand_list((13,), 97)
+  out = (Tensor(x, device=device) @ Tensor(w, device=device) + Tensor(b, device=device)).relu()
+  assert len(tiny.schedule([out])) == 1
+  assert_close(out.tolist(), ref_ew(lambda v, c: max(v + c, 0.0), ref_matmul(x, w), b), rtol=1e-5)
+
 def test_outputs_over_one_shape_share_one_kernel():
   a, b, c, d = realized((7, 33), (7, 33), (7, 33), (7, 33))
   out1, out2 = a + b + c, a + b + d

@@ -187,6 +187,8 @@ class GroupOp:
          Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  Elementwise = ALU | {Ops.CAST}  # an element from the elements at its place
+  Moved = Elementwise | {Ops.VIEW}  # an element from elements at places computed from its own
 
 # the named args of kernel-level nodes
 class AxisType(Enum):
@@ -1203,7 +1205,7 @@ class Tensor:
   def _alu(self, op:Ops, *others) -> Tensor:
     ts = self._broadcast(*others)
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
-  def alu(self, op:Ops, *others) -> Tensor: return self._alu(op, *others)
+  alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
   def _unary(self, op:Ops) -> Tensor:  # transcendentals run in float32: half versions are not in every dialect
     x = self._float()
@@ -1235,7 +1237,8 @@ class Tensor:
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
-  def reciprocal(self) -> Tensor: return (x := self._float())._like(x.uop.alu(Ops.RECIP))  # (a double's too)
+  def reciprocal(self) -> Tensor:  # (not _unary: a double's stays a double, and C's 1/x is exact for every float)
+    return (x := self._float())._like(x.uop.alu(Ops.RECIP))
   __add__ = add
   def __radd__(self, x): return self._const(x).add(self)
   __sub__ = sub
@@ -1801,7 +1804,8 @@ class Tensor:
   def nonzero(self, size:int|None=None, fill_value=0) -> Tensor:
     """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back
     (size: that many rows, cut or filled with fill_value)."""
-    hits = [[k // stride % n for stride, n in zip(strides_for(self.shape), self.shape)]
+    strides = strides_for(self.shape)
+    hits = [[k // stride % n for stride, n in zip(strides, self.shape)]
             for k, v in enumerate(self.flatten().tolist()) if v]
     if size is not None: hits = hits[:size] + [[fill_value] * self.ndim] * (size - len(hits))
     return Tensor(hits, dtypes.int32, self.device).reshape(len(hits), self.ndim)
@@ -2825,7 +2829,7 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   free: set[UOp] = set()
   for u in order:
     if u.op in (Ops.IOTA, Ops.CONST) or \
-       u.src and all(s in free for s in u.src) and u.op in GroupOp.ALU | {Ops.VIEW, Ops.CAST}:
+       u.src and all(s in free for s in u.src) and u.op in GroupOp.Moved:
       free.add(u)
     elif u.op is Ops.CMPEQ and any(s in free for s in u.src): free.add(u)
   while True:
@@ -2855,11 +2859,11 @@ def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str]) -> li
   that one alone, as one kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0))."""
   def reaches(c:UOp, join:UOp) -> bool:
     for _ in range(8):  # (a few ops: a diamond)
-      if c in stored or len(consumers[c]) != 1 or (c := consumers[c][0]).op not in GroupOp.ALU | {Ops.CAST}: break
+      if c in stored or len(consumers[c]) != 1 or (c := consumers[c][0]).op not in GroupOp.Elementwise: break
       if c is join: return True
     return False
   cs = consumers[u]
-  if len(cs) > 1 and all(c.op in GroupOp.ALU | {Ops.CAST} for c in cs):
+  if len(cs) > 1 and all(c.op in GroupOp.Elementwise for c in cs):
     for join in cs:
       if all(c is join or reaches(c, join) for c in cs): return [join]
   return cs
@@ -3419,6 +3423,8 @@ class TensorCore(NamedTuple):
   b: Callable
   c: Callable  # of C and D
   elements: tuple[int, int, int]  # a lane's elements of A, B and C
+  @property
+  def function(self) -> str: return "tiny_" + self.name.replace(".", "_")  # what a renderer calls it by
 
 def _mma(dtype:DType) -> TensorCore:
   """CUDA's mma.sync m16n8k16 (sm_80 and later), as PTX's ISA lays out its fragments: lane l is in group l // 4,
@@ -3433,8 +3439,9 @@ def _simdgroup(dtype:DType) -> TensorCore:
   same for A, B and C: pairs along a row, two lanes a row, rows in pairs of quads (as Apple's GPUs lay them out)."""
   def at(l, i): return (l // 2 % 2 + 2 * (l // 4 % 2) + 4 * (l // 16), i + 2 * (l % 2) + 4 * (l // 8 % 2))
   return TensorCore(f"simdgroup.8x8x8.{dtype.name}", (8, 8, 8), dtype, a=at, b=at, c=at, elements=(2, 2, 2))
-TENSOR_CORES = {tc.name: tc for tc in (_mma(dtypes.half), _mma(dtypes.bfloat16), _simdgroup(dtypes.half),
-                                       _simdgroup(dtypes.bfloat16))}
+CUDA_CORES = (_mma(dtypes.half), _mma(dtypes.bfloat16))
+METAL_CORES = (_simdgroup(dtypes.half), _simdgroup(dtypes.bfloat16))
+TENSOR_CORES = {tc.name: tc for tc in CUDA_CORES + METAL_CORES}
 
 class Fit(NamedTuple):  # a reduce a tensor core can take, and its parts
   reduce: UOp
@@ -3866,10 +3873,10 @@ def _in_float(u:UOp) -> UOp|None:
             tuple(s.cast(dtypes.float) if s.dtype == dtypes.bfloat16 else s for s in u.src), u.arg)
   return out.cast(u.dtype)
 
-def in_float32(sink:UOp) -> UOp:
-  """bfloat16 is a storage type: each op on it runs in float32 and rounds back, as torch computes it. On every device:
-  C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32."""
-  return graph_rewrite(sink, PatternMatcher([(UPat(GroupOp.ALU, name="u"), _in_float)]))
+# bfloat16 is a storage type: each op on it runs in float32 and rounds back, as torch computes it. On every device:
+# C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32.
+bfloat16_in_float32 = PatternMatcher([(UPat(GroupOp.ALU, name="u"), _in_float)])
+def in_float32(sink:UOp) -> UOp: return graph_rewrite(sink, bfloat16_in_float32)
 
 def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value varies with (a reduce's own are bound)
   free: dict[UOp, frozenset] = {}
@@ -4011,7 +4018,7 @@ class Renderer:
   fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
   bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: C's one defined way is a union
   tensor_cores: tuple[TensorCore, ...] = ()  # what on_tensor_cores may put a matmul's reduce on
-  wmma: str = ""  # a WMMA of {a}, {b}, {c}, by its core's {name}
+  wmma: str = "{name}({a}, {b}, {c})"  # a WMMA of a, b, c: a call of its core's function
   to_bfloat16: str = "tiny_to_bf16({x})"      # a float x rounded to bfloat16 (see in_float32)
   from_bfloat16: str = "tiny_from_bf16({x})"  # a bfloat16 x as a float
 
@@ -4219,7 +4226,7 @@ string_rules = PatternMatcher(vector_rules + [
     lambda ctx, u: ctx.bitcast.format(src=ctx.types[u.src[0].dtype], dst=ctx.types[u.dtype], x=ctx[u.src[0]])),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
-  (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.wmma.format(name=u.arg.replace(".", "_"), a=ctx[u.src[0]],
+  (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.wmma.format(name=TENSOR_CORES[u.arg].function, a=ctx[u.src[0]],
                                                            b=ctx[u.src[1]], c=ctx[u.src[2]])),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
@@ -4278,7 +4285,7 @@ def _cuda_mma(core:TensorCore) -> tuple[str, ...]:
                 f"__device__ inline {name} make_{name}({', '.join(args)}) "
                 f"{{ return {{{{{', '.join(f'x{i}' for i in range(n))}}}}}; }}"]
   a, b = (f"{core.dtype.name}{n}" for n in core.elements[:2])
-  return (*structs, f"__device__ inline float4 tiny_{core.name.replace('.', '_')}({a} a, {b} b, float4 c) {{ "
+  return (*structs, f"__device__ inline float4 {core.function}({a} a, {b} b, float4 c) {{ "
           "const unsigned *x = (const unsigned*)&a, *y = (const unsigned*)&b; "
           f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
           '{%8, %9}, {%0, %1, %2, %3};" : "+f"(c.x), "+f"(c.y), "+f"(c.z), "+f"(c.w) : "r"(x[0]), "r"(x[1]), '
@@ -4293,21 +4300,19 @@ CUDA = Renderer(
   suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
   barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
-  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("mma")),
-  wmma="tiny_{name}({a}, {b}, {c})",
+  tensor_cores=CUDA_CORES,
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            "half": ("#include <cuda_fp16.h>",),
            **{name: ("#include <cuda_bf16.h>",)
               for name in ("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float")},
            "tiny_bitcast": ("template <class T, class F> __device__ T tiny_bitcast(F x) "
                             "{ union { F a; T b; } u; u.a = x; return u.b; }",),
-           **{f"tiny_{core.name.replace('.', '_')}": _cuda_mma(core) for core in TENSOR_CORES.values()
-              if core.name.startswith("mma")}})
+           **{core.function: _cuda_mma(core) for core in CUDA_CORES}})
 
 def _metal_simdgroup(core:TensorCore) -> str:  # the lane's elements into 8x8 matrices, and the product's back
   typ = {dtypes.half: "half", dtypes.bfloat16: "bfloat"}[core.dtype]
   def load(m:str, x:str) -> str: return f"{m}.thread_elements()[0] = {x}[0]; {m}.thread_elements()[1] = {x}[1];"
-  return (f"float2 tiny_{core.name.replace('.', '_')}({typ}2 a, {typ}2 b, float2 c) {{ simdgroup_{typ}8x8 ma, mb; "
+  return (f"float2 {core.function}({typ}2 a, {typ}2 b, float2 c) {{ simdgroup_{typ}8x8 ma, mb; "
           f"simdgroup_float8x8 mc; {load('ma', 'a')} {load('mb', 'b')} {load('mc', 'c')} "
           "simdgroup_multiply_accumulate(mc, ma, mb, mc); return float2(mc.thread_elements()[0], "
           "mc.thread_elements()[1]); }")
@@ -4327,11 +4332,9 @@ METAL = Renderer(
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
   to_bfloat16="bfloat({x})", from_bfloat16="float({x})",
-  tensor_cores=tuple(tc for tc in TENSOR_CORES.values() if tc.name.startswith("simdgroup")),
-  wmma="tiny_{name}({a}, {b}, {c})",
+  tensor_cores=METAL_CORES,
   headers={None: ("#include <metal_stdlib>", "using namespace metal;"),
-           **{f"tiny_{core.name.replace('.', '_')}": (_metal_simdgroup(core),) for core in TENSOR_CORES.values()
-              if core.name.startswith("simdgroup")}})
+           **{core.function: (_metal_simdgroup(core),) for core in METAL_CORES}})
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Devices: a device is an allocator (freed buffers kept by size, for reuse), a compiler (cached in memory and on disk,
@@ -4454,23 +4457,24 @@ class Emulator:
   free, copyin, copyout, synchronize = CPURuntime.free, CPURuntime.copyin, CPURuntime.copyout, CPURuntime.synchronize
 
   def program(self, prog:Program) -> Callable:
+    core = next((TENSOR_CORES[u.arg] for u in prog.uops if u.op is Ops.WMMA), None)
     def run(*bufs, global_size, local_size, wait=False):
       start = time.perf_counter()
+      # each thread runs to its next barrier (or a warp's WMMA, which its lanes get the product of); those that
+      # finished leave. (A thread's lane: its index in the block, x fastest, mod 32, as a GPU counts them.)
+      lids = [lid[::-1] for lid in itertools.product(*[range(n) for n in local_size[::-1]])]
       for gid in itertools.product(*[range(n) for n in global_size]):
         local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
-        # each thread runs to its next barrier (or a warp's WMMA, which its lanes get the product of); those that
-        # finished leave. (A thread's lane: its index in the block, x fastest, mod 32, as a GPU counts them.)
-        lids = [lid[::-1] for lid in itertools.product(*[range(n) for n in local_size[::-1]])]
         sent = {run_thread(Thread(prog, bufs, local, gid, lid)): None for lid in lids}
         while sent:
           asked = {}
           for t, reply in sent.items():
             with contextlib.suppress(StopIteration): asked[t] = t.send(reply)
           sent = dict.fromkeys(asked)
-          if wmma := next((u for u in prog.uops if u.op is Ops.WMMA), None) if any(asked.values()) else None:
+          if core is not None and any(asked.values()):
             waiting = list(asked)
             for warp in (waiting[i:i + 32] for i in range(0, len(waiting), 32)):
-              sent |= dict(zip(warp, warp_product(TENSOR_CORES[wmma.arg], [asked[t] for t in warp])))
+              sent |= dict(zip(warp, warp_product(core, [asked[t] for t in warp])))
       return time.perf_counter() - start
     return run
 
