@@ -931,6 +931,14 @@ def test_a_cpu_softmax_row_computes_exp_once(cpu_width, shape):
                ref_ew(operator.add, ref_softmax(x, -1), ref_reduce(math.fsum, ref_ew(math.exp, x), -1, True)),
                rtol=1e-5, atol=1e-5)
 
+@pytest.mark.parametrize("shape", [(4, 5, 6), (3, 7, 33)])
+def test_a_row_program_whose_rows_are_not_its_outer_loops(cpu_width, shape):
+  """softmax(-1).permute(0, 2, 1) loops over a row's columns outside part of its rows: an exp kept in the output while
+  the row is summed would land on outputs already written, so it is computed again instead."""
+  x = rand_list(shape, 158, -9.0, 9.0)
+  assert_close(poisoned(lambda t: t.softmax(-1).permute(0, 2, 1), x).tolist(),
+               ref_permute(ref_softmax(x, -1), (0, 2, 1)), rtol=1e-5, atol=1e-7)
+
 @pytest.mark.parametrize("cols", [7, 40])
 def test_a_row_value_beside_a_reduce_over_more_rows(cols):
   """f / f.sum(-1) broadcast over a middle axis, beside a row max that varies with it: the sum's loop runs outside

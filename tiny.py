@@ -3311,7 +3311,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
-  if not cols or glob[0] in cols or _nested(sink): return sink
+  if not cols or glob[0] in cols or glob[-len(cols):] != cols or _nested(sink): return sink  # rows outer, columns inner
   rows, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
   early, late = [], []
   for st in sink.src:
