@@ -1488,17 +1488,17 @@ class Tensor:
     count = prod(self.shape[i] for i in self._axes(axis))
     return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
   @composite
-  def softmax(self, axis=-1) -> Tensor:
-    e = (self._float() - self.max(axis, keepdim=True)).exp()
+  def softmax(self, axis=-1) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
+    e = (self._float() - self.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)
   @composite
   def log_softmax(self, axis=-1) -> Tensor:
-    m = self._float() - self.max(axis, keepdim=True)
+    m = self._float() - self.max(axis, keepdim=True).detach()
     return m - m.exp().sum(axis, keepdim=True).log()
   def softmin(self, axis=-1) -> Tensor: return (-self._float()).softmax(axis)
   @composite
   def logsumexp(self, axis=None, keepdim=False) -> Tensor:
-    m = self.max(axis, keepdim=True)
+    m = self.max(axis, keepdim=True).detach()
     m = m.isinf().where(0, m)  # a row of -inf is -inf, not nan
     total = (self - m).exp().sum(axis, keepdim)
     return total.log() + m.reshape(total.shape)
@@ -2800,6 +2800,7 @@ def pack(r:UOp, device:str) -> UOp:
 # time the cores do 30 operations on it.
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
+LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores do about this many operations
 
 class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the sources it fuses (those not stored)
   reduce: bool          # a reduce is among them
@@ -2849,7 +2850,9 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       readers = _readers(u, consumers, stored)
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
                                        for c in readers)  # read by several, reduced again, or broadcast
-      if f.pending is not None and spread: realize[u] = "reduce"
+      again_in_each = f.pending and all(c.op in GroupOp.Elementwise for c in readers) and \
+        prod(f.pending) * f.cost * (len(readers) - 1) < LAUNCH_COST  # a small row reduce: each reader's kernel has it
+      if f.pending is not None and spread and not again_in_each: realize[u] = "reduce"
       elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: realize[u] = "dear"
     if not again: return realize, {u: f.reduce for u, f in fused.items()}
     stored |= again
