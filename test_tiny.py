@@ -1007,6 +1007,33 @@ def test_a_row_program_over_a_stored_reduce_is_one_kernel(device):
   assert_close(poisoned(fn, x, w, device=device).tolist(), ref_softmax(ref_matmul(x, w), -1, log=True),
                rtol=1e-5, atol=1e-5)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_small_row_reduce_read_twice_is_computed_in_each_readers_kernel(device):
+  """A loss's log_softmax and its gradient both read each row's max and sum: rows this small cost less to reduce again
+  in each kernel than a kernel of their own (loss rows, their mean, the gradient: 3 kernels, not 6)."""
+  x = rand_list((7, 10), 165, -3.0, 3.0)
+  y = [[float(k == (3 * i) % 10) for k in range(10)] for i in range(7)]
+  logits = Tensor(x, device=device, requires_grad=True)
+  loss = -(logits.log_softmax(-1) * Tensor(y, device=device)).sum(-1).mean()
+  grad, = loss.gradient(logits)
+  assert len(tiny.schedule([loss, grad])) == 3
+  p = ref_softmax(x, -1)
+  want = [[(p[i][k] * sum(y[i]) - y[i][k]) / 7 for k in range(10)] for i in range(7)]
+  assert_close(grad.tolist(), want, rtol=1e-5, atol=1e-6)
+  assert_close(loss.item(), -sum(math.log(p[i][k]) * y[i][k] for i in range(7) for k in range(10)) / 7, rtol=1e-5)
+
+def test_a_small_row_reduce_read_twice_under_a_reduce_over_its_rows_is_stored():
+  """Under a sum over the rows, the row's reduce would be computed again for each column that sum makes: it is
+  stored, however small."""
+  x = rand_list((8, 10), 166, -2.0, 2.0)
+  def fn(t):
+    s = t.exp().sum(-1, keepdim=True)
+    return (t * s.log() + t * s.sqrt()).sum(0)
+  assert [k.name for k in tiny.render(fn(Tensor(x)))] == ["r_8_10", "E_8", "r_10_1_8"]
+  sums = [math.fsum(math.exp(v) for v in row) for row in x]
+  want = [math.fsum(x[i][j] * (math.log(sums[i]) + math.sqrt(sums[i])) for i in range(8)) for j in range(10)]
+  assert_close(poisoned(fn, x).tolist(), want, rtol=1e-5, atol=1e-5)
+
 def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   """Rows of b 1024 floats or more apart are stored first in tiles of the kernel's vector columns (a TLB miss a step,
   otherwise), broadcast over a batch too, and so is a b read transposed (no columns side by side); a GPU's is read as
@@ -2917,6 +2944,16 @@ def test_row_programs_past_the_cache_keep_their_rows_on_the_stack(small_streams,
   assert "temp0[" in tiny.render(out)[0].src
   rows = (math.prod(shape[:-len(axes)]), math.prod(shape[-len(axes):]))
   assert_close(out.tolist(), ref_reshape(ref_softmax(ref_reshape(x, rows), -1), shape), rtol=1e-5, atol=1e-7)
+
+def test_a_row_program_whose_rows_split_across_cores_leave_a_loop_of_one(small_streams, monkeypatch):
+  """Rows (13, 13, 2) over two cores: the dim of 2 splits into a loop of one and the core's index. An address that
+  adds the loop of one is the core's alone, as the row's loads have it, so the next row's fetch stays in the row."""
+  target = tiny.Device.target
+  monkeypatch.setattr(tiny.Device, "target", lambda name: target(name)._replace(cores=2))
+  x = rand_list((13, 13, 33, 2), 178, -3.0, 3.0)
+  out = poisoned(lambda t: t.permute(1, 0, 3, 2).contiguous().flip(3).softmax(-1), x)
+  want = ref_softmax(ref_flip(ref_permute(x, (1, 0, 3, 2)), (3,)), -1)
+  assert_close(out.tolist(), want, rtol=1e-5, atol=1e-7)
 
 def test_a_row_kept_on_the_stack_keeps_its_rows_apart(small_streams):
   """Rows that read a vector they share would be lanes of one loop (each load of w feeding 4 rows), but the stack

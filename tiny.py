@@ -602,6 +602,7 @@ symbolic = PatternMatcher([
   # identities, each exact for every value of its dtype: x+0.0 is 0.0 where x is -0.0, and x*0 is nan where x is
   # nan or inf, so those two fold only for ints
   (xi + 0, lambda x: x),                                                # x+0 -> x (ints)
+  (UPat(Ops.ADD, src=[xi, yi]), lambda x, y: x if y.vmin == y.vmax == 0 else None),  # x+y -> x where y is 0 (a loop of 1)
   (x + c0, lambda x, c0: x if c0.arg == 0 and math.copysign(1, c0.arg) < 0 else None),  # x+(-0.0) -> x
   (x * 1, lambda x: x),                                                 # x*1 -> x
   (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
@@ -2844,15 +2845,15 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
                            frozenset().union(*[s.rows for s in srcs]))
       if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _axes(k) != _axes(u)}
       if u in realize or u.op is Ops.SINK: continue
-      if f.pending and all(_own_rows(c, f.pending) for c in consumers[u]):  # computed once a row
+      readers = _readers(u, consumers, stored)
+      if f.pending and (all(_own_rows(c, f.pending) for c in consumers[u]) or  # computed once a row, or where small,
+                        all(c.op in GroupOp.Elementwise for c in readers) and  # once a row in each reader's kernel:
+                        prod(f.pending) * f.cost * (len(readers) - 1) < LAUNCH_COST):  # less than a launch costs
         if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
         continue
-      readers = _readers(u, consumers, stored)
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
                                        for c in readers)  # read by several, reduced again, or broadcast
-      again_in_each = f.pending and all(c.op in GroupOp.Elementwise for c in readers) and \
-        prod(f.pending) * f.cost * (len(readers) - 1) < LAUNCH_COST  # a small row reduce: each reader's kernel has it
-      if f.pending is not None and spread and not again_in_each: realize[u] = "reduce"
+      if f.pending is not None and spread: realize[u] = "reduce"
       elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: realize[u] = "dear"
     if not again: return realize, {u: f.reduce for u, f in fused.items()}
     stored |= again
