@@ -1239,21 +1239,10 @@ class Tensor:
     return self._like(self.uop.alu(Ops.NEG))
   def reciprocal(self) -> Tensor:  # (not _unary: a double's stays a double, and C's 1/x is exact for every float)
     return (x := self._float())._like(x.uop.alu(Ops.RECIP))
-  __add__ = add
-  def __radd__(self, x): return self._const(x).add(self)
-  __sub__ = sub
-  def __rsub__(self, x): return self._const(x).sub(self)
-  __mul__ = mul
-  def __rmul__(self, x): return self._const(x).mul(self)
-  __truediv__ = div
-  def __rtruediv__(self, x): return self._const(x).div(self)
+  __add__, __sub__, __mul__, __truediv__, __neg__ = add, sub, mul, div, neg
   def __floordiv__(self, x): return self.divmod(x)[0]
-  def __rfloordiv__(self, x): return self._const(x).divmod(self)[0]
   def __mod__(self, x): return self.divmod(x)[1]
-  def __rmod__(self, x): return self._const(x).divmod(self)[1]
-  __neg__ = neg
   def __matmul__(self, x): return self.matmul(x)
-  def __rmatmul__(self, x): return self._const(x).matmul(self)
   def __lt__(self, x): return self._alu(Ops.CMPLT, x)
   def __gt__(self, x): return self._const(x)._alu(Ops.CMPLT, self)
   def __ge__(self, x): return (self > x) | (self == x)  # not "not <": nan >= 1 is False
@@ -1399,36 +1388,14 @@ class Tensor:
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
     signed = (base < 0).where(whole.where(odd.where(-mag, mag), math.nan), mag)
     return (e == 0).where(1, signed)
-  def __pow__(self, x): return self.pow(x)
-  def __rpow__(self, x): return self._const(x)._float().pow(self)
-  def eq(self, x) -> Tensor: return self == x
-  def ne(self, x) -> Tensor: return self != x
-  def mod(self, x) -> Tensor: return self % x
-  def bitwise_and(self, x) -> Tensor: return self & x
-  def bitwise_or(self, x) -> Tensor: return self | x
-  def bitwise_xor(self, x) -> Tensor: return self ^ x
-  def bitwise_not(self) -> Tensor: return ~self
-  def lshift(self, x) -> Tensor: return self << x
-  def rshift(self, x) -> Tensor: return self >> x
-  def __rand__(self, x): return self._const(x) & self
-  def __ror__(self, x): return self._const(x) | self
-  def __rxor__(self, x): return self._const(x) ^ self
-  def __rlshift__(self, x): return self._const(x) << self
-  def __rrshift__(self, x): return self._const(x) >> self
-  # in place, as assign: a += b writes a's buffer
-  def __iadd__(self, x): return self.assign(self + x)
-  def __isub__(self, x): return self.assign(self - x)
-  def __imul__(self, x): return self.assign(self * x)
-  def __itruediv__(self, x): return self.assign(self / x)
-  def __ifloordiv__(self, x): return self.assign(self // x)
-  def __imod__(self, x): return self.assign(self % x)
-  def __ipow__(self, x): return self.assign(self ** x)
-  def __imatmul__(self, x): return self.assign(self @ x)
-  def __iand__(self, x): return self.assign(self & x)
-  def __ior__(self, x): return self.assign(self | x)
-  def __ixor__(self, x): return self.assign(self ^ x)
-  def __ilshift__(self, x): return self.assign(self << x)
-  def __irshift__(self, x): return self.assign(self >> x)
+  __pow__ = pow
+  eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
+  bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
+  # 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
+  for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift"):
+    locals()[f"__r{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): f(self._const(x), self)
+    locals()[f"__i{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): self.assign(f(self, x))
+  del op
 
   # --- activations
   def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
