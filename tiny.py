@@ -918,14 +918,14 @@ def _rebuilt(u:UOp, inputs:dict[UOp, UOp], memo:dict[UOp, UOp]) -> UOp:
 def _moves(st:ShapeTracker) -> list[tuple[str, Any]]:  # the moves that made st, first first
   return [] if st.before is None else [*_moves(st.before), st.move]
 
-def creates(fn:Callable) -> Callable:
-  """A method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
+def creates(fn:Callable) -> staticmethod:
+  """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
   @functools.wraps(fn)
   def made(*args, requires_grad:bool|None=None, **kwargs) -> Tensor:
     t = fn(*args, **kwargs)
     if requires_grad is not None: t.requires_grad = requires_grad
     return t
-  return made
+  return staticmethod(made)
 
 class Tensor:
   _seed, _counter = 0, 0
@@ -1005,18 +1005,14 @@ class Tensor:
   @staticmethod
   def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-  @staticmethod
   @creates
   def full(shape, value, dtype=None, device=None) -> Tensor:
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
-  @staticmethod
   @creates
   def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
-  @staticmethod
   @creates
   def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
-  @staticmethod
   @creates
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
@@ -1032,23 +1028,22 @@ class Tensor:
                                 else dtypes.promote(*map(_dtype_of_scalar, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
-  @staticmethod
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
     rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
     return (rows == cols).cast(dtype or dtypes.float)
-  @creates
-  def full_like(self, value, dtype=None) -> Tensor:
-    return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
-  @creates
-  def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
-  @creates
-  def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
+  # *_like: a tensor of this one's shape, and of its dtype and on its device unless told (kw: device=, requires_grad=)
+  def _made_like(self, make:Callable, *args, dtype=None, device=None, **kw) -> Tensor:
+    return make(self.shape, *args, dtype=dtype or self.dtype, device=device or self.device, **kw)
+  def full_like(self, value, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.full, value, dtype=dtype, **kw)
+  def zeros_like(self, dtype=None, **kw) -> Tensor: return self.full_like(0, dtype, **kw)
+  def ones_like(self, dtype=None, **kw) -> Tensor: return self.full_like(1, dtype, **kw)
+  def empty_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.empty, dtype=dtype, **kw)
+  def rand_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.rand, dtype=dtype, **kw)
+  def randn_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.randn, dtype=dtype, **kw)
   @staticmethod
   def const(value, dtype=None) -> Tensor: return Tensor(value, dtype)
   const_like = full_like
-  def empty_like(self, dtype=None, device=None) -> Tensor:
-    return Tensor.empty(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
   @staticmethod
   def linspace(start, stop, steps:int, dtype=None, device=None) -> Tensor:
     if steps < 0 or dtype in (dtypes.bool, "bool"):
@@ -1096,40 +1091,26 @@ class Tensor:
     buf.copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
     if capturing.now is not None: capturing.now.data.append(Place(start, buf))
     return t
-  @staticmethod
   @creates
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
     return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
-  @staticmethod
   @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.float)
-  @staticmethod
   @creates
   def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
-  @staticmethod
   @creates
   def glorot_uniform(*shape, dtype=None, device=None) -> Tensor:  # Glorot and Bengio: fan in and fan out
     shape = Tensor._unpack(shape)
     bound = math.sqrt(6 / (shape[0] + prod(shape[1:])))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
-  @staticmethod
   @creates
   def randn(*shape, dtype=None, device=None) -> Tensor:
-    shape = Tensor._unpack(shape)
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
     return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
-
-  @creates
-  def rand_like(self, dtype=None, device=None) -> Tensor:
-    return Tensor.rand(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
-  @creates
-  def randn_like(self, dtype=None, device=None) -> Tensor:
-    return Tensor.randn(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
-  @staticmethod
   @creates
   def normal(*shape, mean=0.0, std=1.0, dtype=None, device=None) -> Tensor:
     if std < 0: raise ValueError(f"normal needs std >= 0, got {std}")
@@ -1144,11 +1125,9 @@ class Tensor:
   @staticmethod
   def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor:
     return Tensor.rand(n, device=device).argsort().cast(dtype)
-  @staticmethod
   @creates
   def scaled_uniform(*shape, dtype=None, device=None) -> Tensor:
     return Tensor.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(Tensor._unpack(shape)) ** -0.5
-  @staticmethod
   @creates
   def kaiming_normal(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:
     std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
