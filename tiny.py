@@ -1060,7 +1060,10 @@ class Tensor:
   def one_hot(self, num_classes:int) -> Tensor:
     if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs an int tensor, got {self.dtype.name}")
     if num_classes < 0: raise ValueError(f"one_hot needs num_classes >= 0, got {num_classes}")
-    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0)
+    return self._one_hot(num_classes).where(1, 0)
+  def _one_hot(self, n:int, dim:int=-1) -> Tensor:  # a new dim of n (bool): [..., k, ...] is whether the element is k
+    d = self._dim(dim, extra=1)
+    return self.unsqueeze(d) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - d))
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
@@ -1521,7 +1524,7 @@ class Tensor:
     x, back = self._last(dim)
     a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
     place = ((b > a if descending else b < a) | (b == a) & (steps < steps.unsqueeze(-1))).sum(-1)
-    at = place.unsqueeze(-1) == steps  # [i, p]: element i goes to place p
+    at = place._one_hot(x.shape[-1])  # [i, p]: element i goes to place p
     return (back(at.where(a, 0).sum(-2).cast(self.dtype)),
             back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
   def argsort(self, dim=-1, descending=False) -> Tensor: return self.sort(dim, descending)[1]
@@ -1701,27 +1704,26 @@ class Tensor:
     idx[at:at+1] = [slice(None)] * (self.ndim - len(idx) + (at < len(idx)))
     return [(i % n, i % n + 1) if isinstance(i, int) else (i.indices(n)[0], max(i.indices(n)[:2]))
             for i, n in zip(idx, self.shape)]
-  def gather(self, dim:int, index:Tensor) -> Tensor:
-    """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
+  def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
     if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
-      raise ShapeError(f"gather's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
+      raise ShapeError(f"{op}'s index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
+    return d
+  def gather(self, dim:int, index:Tensor) -> Tensor:
+    """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
+    d = self._index_dim("gather", dim, index)
     x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
-    hit = index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)
-    return hit.where(x.unsqueeze(-1).transpose(d, -1), 0).sum(-1).cast(self.dtype)
+    return index._one_hot(self.shape[d]).where(x.unsqueeze(-1).transpose(d, -1), 0).sum(-1).cast(self.dtype)
   def _scattered(self, dim:int, index:Tensor, src:Tensor) -> tuple[Tensor, Tensor]:
     """Where each of src's elements goes, and the elements: (*x.shape, k) for the k indices along dim."""
-    d = self._dim(dim)
-    if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d) or \
-       any(i > s for i, s in zip(index.shape, src.shape)):
-      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}, "
-                       f"or src's {src.shape}")
+    d = self._index_dim("scatter", dim, index)
+    if any(i > s for i, s in zip(index.shape, src.shape)):
+      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit src's shape {src.shape}")
     if src.dtype != self.dtype:
       raise DTypeError(f"scatter of {src.dtype.name} into {self.dtype.name}: dtypes must match")
     grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
-    hit = (index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)).transpose(d, -1).pad(grow)
     src = src.shrink(tuple((0, i) for i in index.shape))
-    return hit, src.unsqueeze(-1).transpose(d, -1).pad(grow)
+    return index._one_hot(self.shape[d]).transpose(d, -1).pad(grow), src.unsqueeze(-1).transpose(d, -1).pad(grow)
   def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
     if reduce not in (None, "add", "multiply"):
       raise TypeError(f"scatter's reduce is None, 'add' or 'multiply', not {reduce!r}")
@@ -1969,7 +1971,7 @@ class Tensor:
       output_size = [(i - 1) * s - b - a + d * (k - 1) + 1
                      for i, k, s, d, (b, a) in zip(size, kernel, stride, dilation, pads)]
     output_size = tuple(output_size)[-len(size):]
-    hit = indices.reshape(n, c, -1, 1) == Tensor.arange(prod(output_size), device=self.device)
+    hit = indices.reshape(n, c, -1)._one_hot(prod(output_size))
     return hit.where(self.reshape(n, c, -1, 1), 0).sum(2).reshape(n, c, *output_size).cast(self.dtype)
   def interpolate(self, size, mode="linear", align_corners=False) -> Tensor:
     """The last len(size) dims resized, as torch's interpolate: "linear" (bilinear, trilinear: one dim at a time) by
@@ -2071,8 +2073,7 @@ class Tensor:
         raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape "
                          f"{self.shape[:classes] + self.shape[classes + 1:]} or probabilities of the logits' shape, "
                          f"got {Y.shape}")
-      n = self.shape[classes]
-      Y = Y.unsqueeze(classes) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - classes - 1))
+      Y = Y._one_hot(self.shape[classes], classes)
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
     return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
   def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
