@@ -861,6 +861,12 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
   return (v,) * dims if isinstance(v, int) else tuple(v)
 
+def flat_pairs(padding:Sequence[int], dims:int) -> list[tuple[int, int]]:
+  """torch's flat padding (the last dim's before and after, then the one before it's, ...): a pair for each of dims."""
+  if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
+  pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
+  return [(0, 0)] * (dims - len(pairs)) + pairs
+
 class Bounded(dict):
   """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
   def __init__(self, most:int=4096): super().__init__(); self.most = most
@@ -1491,9 +1497,9 @@ class Tensor:
     if n <= block:
       return back(Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril().where(x.unsqueeze(-2), fill)
                   ._reduce(op, -1, False))
-    blocks = x.pad((*[None] * (x.ndim - 1), (0, -n % block)), value=fill).reshape(*x.shape[:-1], -1, block)
+    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
     within = blocks._scan(op, -1)
-    totals = within[..., -1]._scan(op, -1).pad((*[None] * (x.ndim - 1), (1, -1)), value=fill)
+    totals = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
     return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
   def _widened(self) -> Tensor:
     return self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
@@ -1564,10 +1570,7 @@ class Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
     (before, after) pair or None per dim; a negative amount crops. Past the edges, "constant" holds value, "reflect"
     mirrors the values inside the edge, "replicate" repeats the edge and "circular" wraps around."""
-    if not any(p is None or isinstance(p, (tuple, list)) for p in padding):  # flat, torch order: the last dim first
-      if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
-      pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
-      padding = [(0, 0)] * (self.ndim - len(pairs)) + pairs
+    if not any(p is None or isinstance(p, (tuple, list)) for p in padding): padding = flat_pairs(padding, self.ndim)
     padding = tuple((0, 0) if p is None else tuple(p) for p in padding)
     if len(padding) != self.ndim: raise ShapeError(f"padding {padding} doesn't match shape {self.shape}")
     if not all(len(p) == 2 and all(isinstance(a, numbers.Integral) for a in p) for p in padding):
@@ -1604,6 +1607,8 @@ class Tensor:
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view(("shrink", arg))
   def _along(self, d:int, lo:int, hi:int) -> Tensor:  # elements lo to hi-1 of dim d
     return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
+  def _pad_along(self, d:int, before:int, after:int, value=0.0) -> Tensor:  # dim d padded
+    return self.pad(tuple((before, after) if i == d else None for i in range(self.ndim)), value=value)
   def flip(self, axis) -> Tensor: return self._view(("flip", self._axes(axis)))
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
@@ -1625,7 +1630,7 @@ class Tensor:
   def _stride(self, dim:int, step:int) -> Tensor:
     """Every step-th element along dim: pad to a multiple of step, split the dim in two, keep the first column."""
     n = self.shape[dim]
-    x = self.pad(tuple((0, -n % step) if i == dim else (0, 0) for i in range(self.ndim)))
+    x = self._pad_along(dim, 0, -n % step)
     x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
     return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
@@ -1774,7 +1779,7 @@ class Tensor:
         raise ShapeError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
     dtype, total, out, at = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts), None, 0
     for t in ts:
-      part = t.cast(dtype).pad(tuple((at, total - at - t.shape[d]) if i == d else (0, 0) for i in range(self.ndim)))
+      part = t.cast(dtype)._pad_along(d, at, total - at - t.shape[d])
       out, at = part if out is None else (out | part if dtype == dtypes.bool else out + part), at + t.shape[d]
     return out
   @staticmethod
@@ -1895,9 +1900,8 @@ class Tensor:
     return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(dims)], *[lead + 2 * i for i in range(dims)])
   @staticmethod
   def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
-    padding = per_dim(padding, dims)  # for each, or torch's flat pairs (the last dim's first)
-    if len(padding) == dims: return [(p, p) for p in padding]
-    return [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
+    padding = per_dim(padding, dims)  # for each, or torch's flat pairs
+    return [(p, p) for p in padding] if len(padding) == dims else flat_pairs(padding, dims)
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
     """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
     the input padded, its windows (_pool) stored as rows, one for each channel and kernel position, over the output
@@ -1922,8 +1926,7 @@ class Tensor:
     x = self
     for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
       d, k = 2 + i, x.shape[2 + i]
-      x = x.unsqueeze(d + 1).pad((*[None] * (d + 1), (0, s - 1), *[None] * (x.ndim - d - 1))).flatten(d, d + 1)[
-          (*[slice(None)] * d, slice(0, k * s - (s - 1)))]
+      x = x.unsqueeze(d + 1)._pad_along(d + 1, 0, s - 1).flatten(d, d + 1)._along(d, 0, k * s - (s - 1))
     w = weight.reshape(groups, c // groups, per_group, *kernel).transpose(1, 2).flip(tuple(range(3, 3 + dims)))
     pads = [((k - 1) * d - b, (k - 1) * d - a + op)
             for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
