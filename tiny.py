@@ -925,7 +925,7 @@ def _moves(st:ShapeTracker) -> list[tuple[str, Any]]:  # the moves that made st,
   return [] if st.before is None else [*_moves(st.before), st.move]
 
 def creates(fn:Callable) -> staticmethod:
-  """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
+  """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on the tensor."""
   @functools.wraps(fn)
   def made(*args, requires_grad:bool|None=None, **kwargs) -> Tensor:
     t = fn(*args, **kwargs)
@@ -970,9 +970,8 @@ class Tensor:
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
       fmt = mv.format.lstrip("@=<")
       if fmt not in dtypes.by_fmt:
-        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype "
-                        f"(tiny has {', '.join(d.name for d in dtypes.all)}); "
-                        "convert it first, e.g. numpy's .astype('float32')")
+        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype (tiny has "
+                        f"{', '.join(d.name for d in dtypes.all)}); convert it first, e.g. numpy's .astype('float32')")
       shape, own = mv.shape or (), dtypes.by_fmt[fmt]
       if own.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
       raw = mv.tobytes()
@@ -1073,9 +1072,8 @@ class Tensor:
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
-    shape = tuple(t.numel() for t in ts)
-    if indexing == "xy" and len(ts) > 1: shape = (shape[1], shape[0], *shape[2:])
-    at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))
+    at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))  # each one's dim
+    shape = tuple(ts[a].numel() for a in at)  # (xy swaps the first two: dim d is then ts[at[d]]'s too)
     return tuple(t.reshape(tuple(-1 if d == a else 1 for d in range(len(ts)))).expand(shape) for t, a in zip(ts, at))
 
   @staticmethod
@@ -1380,7 +1378,7 @@ class Tensor:
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
   bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
   # 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
-  for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift"):
+  for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
     locals()[f"__r{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): f(self._const(x), self)
     locals()[f"__i{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): self.assign(f(self, x))
   del op
@@ -1947,8 +1945,7 @@ class Tensor:
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     grow = (*[None] * (self.ndim - len(kernel)), *[(b, a + e) for (b, a), e in zip(pads, extra)])
-    low = dtypes.min(self.dtype)
-    windows = self.pad(grow, value=low)._pool(kernel, stride, dilation)
+    windows = self.pad(grow, value=dtypes.min(self.dtype))._pool(kernel, stride, dilation)
     axes = tuple(range(-len(kernel), 0))
     top = windows.max(axes, keepdim=True)
     if not return_indices: return top.reshape(top.shape[:-len(kernel)])
@@ -1960,12 +1957,11 @@ class Tensor:
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
-    after = [(0, e) for e in extra]
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
     ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
     counted = (ones.pad([(b, a) for b, a in pads], value=1.0 if count_include_pad else 0.0)
                if any(map(any, pads)) else ones)
-    return sums / counted.pad(after)._pool(kernel, stride, dilation).sum(axes)
+    return sums / counted.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
     n, c, *size = self.shape
@@ -1997,8 +1993,7 @@ class Tensor:
                                    is_causal=False, enable_gqa=False) -> Tensor:
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps where True, is_causal keeps each query's past and itself;
     enable_gqa repeats the key and value heads for groups of query heads."""
-    if enable_gqa:
-      key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
+    if enable_gqa: key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
     scores = self @ key.transpose(-2, -1) / math.sqrt(self.shape[-1])
     if is_causal:
       if attn_mask is not None:
@@ -2015,9 +2010,8 @@ class Tensor:
     lhs, arrow, out = formula.replace(" ", "").partition("->")
     names = lhs.split(",")
     if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
-    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula)  # letters for the dims "..." stands for
     most = max(t.ndim - len(n) + 3 for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
-    ellipsis = "".join(next(spare) for _ in range(most))
+    ellipsis = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula][:most])  # for the dims of "..."
     names = [n.replace("...", ellipsis[most - (t.ndim - len(n) + 3):]) for t, n in zip(ts, names)]
     if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names))
                                                   if "".join(names).count(c) == 1 and c not in ellipsis))
@@ -2071,12 +2065,11 @@ class Tensor:
     """Logits (N, C, ...) or (C,) against class indices, or probabilities of the logits' shape."""
     if not 0 <= label_smoothing <= 1: raise ValueError(f"label_smoothing={label_smoothing} is not in [0, 1]")
     classes = 0 if self.ndim == 1 else 1
-    if Y.shape != self.shape:
-      if Y.shape != self.shape[:classes] + self.shape[classes + 1:]:
-        raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape "
-                         f"{self.shape[:classes] + self.shape[classes + 1:]} or probabilities of the logits' shape, "
-                         f"got {Y.shape}")
-      Y = Y._one_hot(self.shape[classes], classes)
+    indices = self.shape[:classes] + self.shape[classes + 1:]  # the shape of class indices
+    if Y.shape not in (self.shape, indices):
+      raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape {indices} or probabilities "
+                       f"of the logits' shape, got {Y.shape}")
+    if Y.shape == indices: Y = Y._one_hot(self.shape[classes], classes)
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
     return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
   def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
