@@ -660,25 +660,22 @@ def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:  # a flat row-major a
   return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
 
 def reshape_strides(shape, strides, new_shape) -> tuple[int, ...]|None:
-  """Strides for new_shape over the same memory, or None when a new dim would straddle dims that don't chain."""
-  old = [[s, st] for s, st in zip(shape, strides) if s != 1]
+  """Strides for new_shape over the same memory, or None where a new dim would straddle dims that don't chain. Dims
+  that chain (one's stride is the next one's times its size) merge into runs, which the new dims split, last first."""
+  runs: list[tuple[int, int]] = []  # (size, the stride of its last dim)
+  for s, st in zip(shape, strides):
+    if s == 1: continue
+    if runs and runs[-1][1] == st * s: runs[-1] = (runs[-1][0] * s, st)
+    else: runs.append((s, st))
   out = []
   for n in reversed(new_shape):
-    acc, stride = 1, 0
-    while acc < n:
-      if not old: return None
-      size, st = old[-1]
-      if acc == 1: stride = st
-      elif st != stride * acc: return None
-      need = n // acc
-      if size <= need:
-        if need % size: return None
-        acc *= size; old.pop()
-      else:
-        if size % need: return None
-        old[-1] = [size // need, st * need]; acc *= need
-    out.append(stride if n != 1 else 0)
-  return tuple(reversed(out)) if not old else None
+    if n == 1: out.append(0)
+    elif not runs or runs[-1][0] % n: return None
+    else:
+      size, st = runs.pop()
+      if size > n: runs.append((size // n, st * n))
+      out.append(st)
+  return tuple(reversed(out)) if not runs else None
 
 def _window(lo:int, hi:int, size:int) -> tuple[int, int]:  # a mask's valid range, clipped; (0, 0) when empty
   lo, hi = max(0, lo), min(hi, size)
