@@ -419,8 +419,6 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
     limits, b = dtypes.limits(self.dtype), None
-    if self.op is Ops.CAST and dtypes.is_int(self.dtype) and self.src[0].dtype.count == 1 and \
-       (dtypes.is_int(self.src[0].dtype) or self.src[0].dtype == dtypes.bool): b = self.src[0].bounds
     if self.op in alu_bounds and \
        all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
@@ -444,6 +442,7 @@ def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
 
 # the range of each op's result from its sources' ranges (lo, hi); None where it can't be said
 alu_bounds: dict[Ops, Callable] = {
+  Ops.CAST: lambda a: a,  # (of an int or a bool: the same values)
   Ops.ADD: lambda a, b: (a[0] + b[0], a[1] + b[1]), Ops.NEG: lambda a: (-a[1], -a[0]), Ops.MUL: _product_bounds,
   Ops.MAX: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
   Ops.IDIV: lambda a, b: (_trunc_div(a[0], b[0]), _trunc_div(a[1], b[0])) if _positive_const(b) else None,
