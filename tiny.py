@@ -781,8 +781,8 @@ class ShapeTracker:
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
-class DTypeError(TypeError, RuntimeError):  # a dtype an op doesn't take: Python's error type and tinygrad's
-  pass
+class DTypeError(TypeError, RuntimeError):
+  """A dtype an op doesn't take: Python's error type, and tinygrad's."""
 
 class ShapeError(ValueError, RuntimeError):
   """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
@@ -2027,14 +2027,9 @@ class Tensor:
   def rearrange(self, formula:str, **sizes) -> Tensor:
     """einops' rearrange: "b (h w) c -> b h w c", h=2: names for the dims (a group in parentheses is one dim of their
     product), moved to the right side's order and grouped as it says."""
-    def side(text:str) -> list[list[str]]:  # the names of each dim: one, or a group's ("1": none)
-      groups, group = [], None
-      for tok in text.replace("(", " ( ").replace(")", " ) ").split():
-        if tok == "(": group = []
-        elif tok == ")": groups.append(group); group = None
-        elif group is not None: group.append(tok)
-        else: groups.append([] if tok == "1" else [tok])
-      return groups
+    def side(text:str) -> list[list[str]]:  # the names of each dim: a group's, in parentheses, or one ("1": none)
+      return [[name] if name and name != "1" else group.split()
+              for group, name in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
     left, right = formula.split("->")
     extra = self.ndim - len(side(left)) + 1 if "..." in left else 0  # the dims "..." stands for, named _0, _1, ...
     lhs, rhs = [side(t.replace("...", " ".join(f"_{k}" for k in range(extra)))) for t in (left, right)]
