@@ -1031,8 +1031,7 @@ class Tensor:
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
-    rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
-    return (rows == cols).cast(dtype or dtypes.float)
+    return Tensor.arange(n, device=device)._one_hot(m or n).cast(dtype or dtypes.float)  # row i: i's one-hot
   # *_like: a tensor of this one's shape, and of its dtype and on its device unless told (kw: device=, requires_grad=)
   def _made_like(self, make:Callable, *args, dtype=None, device=None, **kw) -> Tensor:
     return make(self.shape, *args, dtype=dtype or self.dtype, device=device or self.device, **kw)
@@ -1840,8 +1839,7 @@ class Tensor:
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def contiguous_backward(self) -> Tensor:  # (a gradient is stored where the scheduler decides, as any node)
-    return self
+  def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as all are)
 
   # --- composites
   @composite
