@@ -419,8 +419,6 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
     limits, b = dtypes.limits(self.dtype), None
-    if self.op is Ops.CAST and dtypes.is_int(self.dtype) and self.src[0].dtype.count == 1 and \
-       (dtypes.is_int(self.src[0].dtype) or self.src[0].dtype == dtypes.bool): b = self.src[0].bounds
     if self.op in alu_bounds and \
        all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
@@ -444,6 +442,7 @@ def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
 
 # the range of each op's result from its sources' ranges (lo, hi); None where it can't be said
 alu_bounds: dict[Ops, Callable] = {
+  Ops.CAST: lambda a: a,  # (of an int or a bool: the same values)
   Ops.ADD: lambda a, b: (a[0] + b[0], a[1] + b[1]), Ops.NEG: lambda a: (-a[1], -a[0]), Ops.MUL: _product_bounds,
   Ops.MAX: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
   Ops.IDIV: lambda a, b: (_trunc_div(a[0], b[0]), _trunc_div(a[1], b[0])) if _positive_const(b) else None,
@@ -661,25 +660,22 @@ def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:  # a flat row-major a
   return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
 
 def reshape_strides(shape, strides, new_shape) -> tuple[int, ...]|None:
-  """Strides for new_shape over the same memory, or None when a new dim would straddle dims that don't chain."""
-  old = [[s, st] for s, st in zip(shape, strides) if s != 1]
+  """Strides for new_shape over the same memory, or None where a new dim would straddle dims that don't chain. Dims
+  that chain (one's stride is the next one's times its size) merge into runs, which the new dims split, last first."""
+  runs: list[tuple[int, int]] = []  # (size, the stride of its last dim)
+  for s, st in zip(shape, strides):
+    if s == 1: continue
+    if runs and runs[-1][1] == st * s: runs[-1] = (runs[-1][0] * s, st)
+    else: runs.append((s, st))
   out = []
   for n in reversed(new_shape):
-    acc, stride = 1, 0
-    while acc < n:
-      if not old: return None
-      size, st = old[-1]
-      if acc == 1: stride = st
-      elif st != stride * acc: return None
-      need = n // acc
-      if size <= need:
-        if need % size: return None
-        acc *= size; old.pop()
-      else:
-        if size % need: return None
-        old[-1] = [size // need, st * need]; acc *= need
-    out.append(stride if n != 1 else 0)
-  return tuple(reversed(out)) if not old else None
+    if n == 1: out.append(0)
+    elif not runs or runs[-1][0] % n: return None
+    else:
+      size, st = runs.pop()
+      if size > n: runs.append((size // n, st * n))
+      out.append(st)
+  return tuple(reversed(out)) if not runs else None
 
 def _window(lo:int, hi:int, size:int) -> tuple[int, int]:  # a mask's valid range, clipped; (0, 0) when empty
   lo, hi = max(0, lo), min(hi, size)
@@ -786,8 +782,8 @@ class ShapeTracker:
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
-class DTypeError(TypeError, RuntimeError):  # a dtype an op doesn't take: Python's error type and tinygrad's
-  pass
+class DTypeError(TypeError, RuntimeError):
+  """A dtype an op doesn't take: Python's error type, and tinygrad's."""
 
 class ShapeError(ValueError, RuntimeError):
   """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
@@ -862,6 +858,12 @@ EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
   return (v,) * dims if isinstance(v, int) else tuple(v)
 
+def flat_pairs(padding:Sequence[int], dims:int) -> list[tuple[int, int]]:
+  """torch's flat padding (the last dim's before and after, then the one before it's, ...): a pair for each of dims."""
+  if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
+  pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
+  return [(0, 0)] * (dims - len(pairs)) + pairs
+
 class Bounded(dict):
   """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
   def __init__(self, most:int=4096): super().__init__(); self.most = most
@@ -919,14 +921,14 @@ def _rebuilt(u:UOp, inputs:dict[UOp, UOp], memo:dict[UOp, UOp]) -> UOp:
 def _moves(st:ShapeTracker) -> list[tuple[str, Any]]:  # the moves that made st, first first
   return [] if st.before is None else [*_moves(st.before), st.move]
 
-def creates(fn:Callable) -> Callable:
-  """A method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on what it makes."""
+def creates(fn:Callable) -> staticmethod:
+  """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on the tensor."""
   @functools.wraps(fn)
   def made(*args, requires_grad:bool|None=None, **kwargs) -> Tensor:
     t = fn(*args, **kwargs)
     if requires_grad is not None: t.requires_grad = requires_grad
     return t
-  return made
+  return staticmethod(made)
 
 class Tensor:
   _seed, _counter = 0, 0
@@ -965,9 +967,8 @@ class Tensor:
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
       fmt = mv.format.lstrip("@=<")
       if fmt not in dtypes.by_fmt:
-        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype "
-                        f"(tiny has {', '.join(d.name for d in dtypes.all)}); "
-                        "convert it first, e.g. numpy's .astype('float32')")
+        raise TypeError(f"buffer format {mv.format!r} has no tiny dtype (tiny has "
+                        f"{', '.join(d.name for d in dtypes.all)}); convert it first, e.g. numpy's .astype('float32')")
       shape, own = mv.shape or (), dtypes.by_fmt[fmt]
       if own.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
       raw = mv.tobytes()
@@ -1006,18 +1007,14 @@ class Tensor:
   @staticmethod
   def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-  @staticmethod
   @creates
   def full(shape, value, dtype=None, device=None) -> Tensor:
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
-  @staticmethod
   @creates
   def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
-  @staticmethod
   @creates
   def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
-  @staticmethod
   @creates
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
@@ -1033,23 +1030,21 @@ class Tensor:
                                 else dtypes.promote(*map(_dtype_of_scalar, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
-  @staticmethod
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
-    rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m or n, device=device).reshape(1, m or n)
-    return (rows == cols).cast(dtype or dtypes.float)
-  @creates
-  def full_like(self, value, dtype=None) -> Tensor:
-    return Tensor.full(self.shape, value, dtype or self.dtype, self.device)
-  @creates
-  def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
-  @creates
-  def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
+    return Tensor.arange(n, device=device)._one_hot(m or n).cast(dtype or dtypes.float)  # row i: i's one-hot
+  # *_like: a tensor of this one's shape, and of its dtype and on its device unless told (kw: device=, requires_grad=)
+  def _made_like(self, make:Callable, *args, dtype=None, device=None, **kw) -> Tensor:
+    return make(self.shape, *args, dtype=dtype or self.dtype, device=device or self.device, **kw)
+  def full_like(self, value, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.full, value, dtype=dtype, **kw)
+  def zeros_like(self, dtype=None, **kw) -> Tensor: return self.full_like(0, dtype, **kw)
+  def ones_like(self, dtype=None, **kw) -> Tensor: return self.full_like(1, dtype, **kw)
+  def empty_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.empty, dtype=dtype, **kw)
+  def rand_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.rand, dtype=dtype, **kw)
+  def randn_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.randn, dtype=dtype, **kw)
   @staticmethod
   def const(value, dtype=None) -> Tensor: return Tensor(value, dtype)
   const_like = full_like
-  def empty_like(self, dtype=None, device=None) -> Tensor:
-    return Tensor.empty(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
   @staticmethod
   def linspace(start, stop, steps:int, dtype=None, device=None) -> Tensor:
     if steps < 0 or dtype in (dtypes.bool, "bool"):
@@ -1066,13 +1061,15 @@ class Tensor:
   def one_hot(self, num_classes:int) -> Tensor:
     if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs an int tensor, got {self.dtype.name}")
     if num_classes < 0: raise ValueError(f"one_hot needs num_classes >= 0, got {num_classes}")
-    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0)
+    return self._one_hot(num_classes).where(1, 0)
+  def _one_hot(self, n:int, dim:int=-1) -> Tensor:  # a new dim of n (bool): [..., k, ...] is whether the element is k
+    d = self._dim(dim, extra=1)
+    return self.unsqueeze(d) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - d))
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
-    shape = tuple(t.numel() for t in ts)
-    if indexing == "xy" and len(ts) > 1: shape = (shape[1], shape[0], *shape[2:])
-    at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))
+    at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))  # each one's dim
+    shape = tuple(ts[a].numel() for a in at)  # (xy swaps the first two: dim d is then ts[at[d]]'s too)
     return tuple(t.reshape(tuple(-1 if d == a else 1 for d in range(len(ts)))).expand(shape) for t, a in zip(ts, at))
 
   @staticmethod
@@ -1097,40 +1094,26 @@ class Tensor:
     buf.copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
     if capturing.now is not None: capturing.now.data.append(Place(start, buf))
     return t
-  @staticmethod
   @creates
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
     return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
-  @staticmethod
   @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.float)
-  @staticmethod
   @creates
   def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
-  @staticmethod
   @creates
   def glorot_uniform(*shape, dtype=None, device=None) -> Tensor:  # Glorot and Bengio: fan in and fan out
     shape = Tensor._unpack(shape)
     bound = math.sqrt(6 / (shape[0] + prod(shape[1:])))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
-  @staticmethod
   @creates
   def randn(*shape, dtype=None, device=None) -> Tensor:
-    shape = Tensor._unpack(shape)
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
     return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
-
-  @creates
-  def rand_like(self, dtype=None, device=None) -> Tensor:
-    return Tensor.rand(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
-  @creates
-  def randn_like(self, dtype=None, device=None) -> Tensor:
-    return Tensor.randn(*self.shape, dtype=dtype or self.dtype, device=device or self.device)
-  @staticmethod
   @creates
   def normal(*shape, mean=0.0, std=1.0, dtype=None, device=None) -> Tensor:
     if std < 0: raise ValueError(f"normal needs std >= 0, got {std}")
@@ -1145,11 +1128,9 @@ class Tensor:
   @staticmethod
   def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor:
     return Tensor.rand(n, device=device).argsort().cast(dtype)
-  @staticmethod
   @creates
   def scaled_uniform(*shape, dtype=None, device=None) -> Tensor:
     return Tensor.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(Tensor._unpack(shape)) ** -0.5
-  @staticmethod
   @creates
   def kaiming_normal(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:
     std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
@@ -1240,21 +1221,10 @@ class Tensor:
     return self._like(self.uop.alu(Ops.NEG))
   def reciprocal(self) -> Tensor:  # (not _unary: a double's stays a double, and C's 1/x is exact for every float)
     return (x := self._float())._like(x.uop.alu(Ops.RECIP))
-  __add__ = add
-  def __radd__(self, x): return self._const(x).add(self)
-  __sub__ = sub
-  def __rsub__(self, x): return self._const(x).sub(self)
-  __mul__ = mul
-  def __rmul__(self, x): return self._const(x).mul(self)
-  __truediv__ = div
-  def __rtruediv__(self, x): return self._const(x).div(self)
+  __add__, __sub__, __mul__, __truediv__, __neg__ = add, sub, mul, div, neg
   def __floordiv__(self, x): return self.divmod(x)[0]
-  def __rfloordiv__(self, x): return self._const(x).divmod(self)[0]
   def __mod__(self, x): return self.divmod(x)[1]
-  def __rmod__(self, x): return self._const(x).divmod(self)[1]
-  __neg__ = neg
   def __matmul__(self, x): return self.matmul(x)
-  def __rmatmul__(self, x): return self._const(x).matmul(self)
   def __lt__(self, x): return self._alu(Ops.CMPLT, x)
   def __gt__(self, x): return self._const(x)._alu(Ops.CMPLT, self)
   def __ge__(self, x): return (self > x) | (self == x)  # not "not <": nan >= 1 is False
@@ -1400,36 +1370,14 @@ class Tensor:
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
     signed = (base < 0).where(whole.where(odd.where(-mag, mag), math.nan), mag)
     return (e == 0).where(1, signed)
-  def __pow__(self, x): return self.pow(x)
-  def __rpow__(self, x): return self._const(x)._float().pow(self)
-  def eq(self, x) -> Tensor: return self == x
-  def ne(self, x) -> Tensor: return self != x
-  def mod(self, x) -> Tensor: return self % x
-  def bitwise_and(self, x) -> Tensor: return self & x
-  def bitwise_or(self, x) -> Tensor: return self | x
-  def bitwise_xor(self, x) -> Tensor: return self ^ x
-  def bitwise_not(self) -> Tensor: return ~self
-  def lshift(self, x) -> Tensor: return self << x
-  def rshift(self, x) -> Tensor: return self >> x
-  def __rand__(self, x): return self._const(x) & self
-  def __ror__(self, x): return self._const(x) | self
-  def __rxor__(self, x): return self._const(x) ^ self
-  def __rlshift__(self, x): return self._const(x) << self
-  def __rrshift__(self, x): return self._const(x) >> self
-  # in place, as assign: a += b writes a's buffer
-  def __iadd__(self, x): return self.assign(self + x)
-  def __isub__(self, x): return self.assign(self - x)
-  def __imul__(self, x): return self.assign(self * x)
-  def __itruediv__(self, x): return self.assign(self / x)
-  def __ifloordiv__(self, x): return self.assign(self // x)
-  def __imod__(self, x): return self.assign(self % x)
-  def __ipow__(self, x): return self.assign(self ** x)
-  def __imatmul__(self, x): return self.assign(self @ x)
-  def __iand__(self, x): return self.assign(self & x)
-  def __ior__(self, x): return self.assign(self | x)
-  def __ixor__(self, x): return self.assign(self ^ x)
-  def __ilshift__(self, x): return self.assign(self << x)
-  def __irshift__(self, x): return self.assign(self >> x)
+  __pow__ = pow
+  eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
+  bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
+  # 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
+  for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
+    locals()[f"__r{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): f(self._const(x), self)
+    locals()[f"__i{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): self.assign(f(self, x))
+  del op
 
   # --- activations
   def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
@@ -1543,9 +1491,9 @@ class Tensor:
     if n <= block:
       return back(Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril().where(x.unsqueeze(-2), fill)
                   ._reduce(op, -1, False))
-    blocks = x.pad((*[None] * (x.ndim - 1), (0, -n % block)), value=fill).reshape(*x.shape[:-1], -1, block)
+    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
     within = blocks._scan(op, -1)
-    totals = within[..., -1]._scan(op, -1).pad((*[None] * (x.ndim - 1), (1, -1)), value=fill)
+    totals = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
     return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
   def _widened(self) -> Tensor:
     return self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
@@ -1576,7 +1524,7 @@ class Tensor:
     x, back = self._last(dim)
     a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
     place = ((b > a if descending else b < a) | (b == a) & (steps < steps.unsqueeze(-1))).sum(-1)
-    at = place.unsqueeze(-1) == steps  # [i, p]: element i goes to place p
+    at = place._one_hot(x.shape[-1])  # [i, p]: element i goes to place p
     return (back(at.where(a, 0).sum(-2).cast(self.dtype)),
             back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
   def argsort(self, dim=-1, descending=False) -> Tensor: return self.sort(dim, descending)[1]
@@ -1616,10 +1564,7 @@ class Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
     (before, after) pair or None per dim; a negative amount crops. Past the edges, "constant" holds value, "reflect"
     mirrors the values inside the edge, "replicate" repeats the edge and "circular" wraps around."""
-    if not any(p is None or isinstance(p, (tuple, list)) for p in padding):  # flat, torch order: the last dim first
-      if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
-      pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
-      padding = [(0, 0)] * (self.ndim - len(pairs)) + pairs
+    if not any(p is None or isinstance(p, (tuple, list)) for p in padding): padding = flat_pairs(padding, self.ndim)
     padding = tuple((0, 0) if p is None else tuple(p) for p in padding)
     if len(padding) != self.ndim: raise ShapeError(f"padding {padding} doesn't match shape {self.shape}")
     if not all(len(p) == 2 and all(isinstance(a, numbers.Integral) for a in p) for p in padding):
@@ -1656,6 +1601,8 @@ class Tensor:
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view(("shrink", arg))
   def _along(self, d:int, lo:int, hi:int) -> Tensor:  # elements lo to hi-1 of dim d
     return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
+  def _pad_along(self, d:int, before:int, after:int, value=0.0) -> Tensor:  # dim d padded
+    return self.pad(tuple((before, after) if i == d else None for i in range(self.ndim)), value=value)
   def flip(self, axis) -> Tensor: return self._view(("flip", self._axes(axis)))
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
@@ -1677,7 +1624,7 @@ class Tensor:
   def _stride(self, dim:int, step:int) -> Tensor:
     """Every step-th element along dim: pad to a multiple of step, split the dim in two, keep the first column."""
     n = self.shape[dim]
-    x = self.pad(tuple((0, -n % step) if i == dim else (0, 0) for i in range(self.ndim)))
+    x = self._pad_along(dim, 0, -n % step)
     x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
     return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
@@ -1756,27 +1703,26 @@ class Tensor:
     idx[at:at+1] = [slice(None)] * (self.ndim - len(idx) + (at < len(idx)))
     return [(i % n, i % n + 1) if isinstance(i, int) else (i.indices(n)[0], max(i.indices(n)[:2]))
             for i, n in zip(idx, self.shape)]
-  def gather(self, dim:int, index:Tensor) -> Tensor:
-    """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
+  def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
     if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
-      raise ShapeError(f"gather's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
+      raise ShapeError(f"{op}'s index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
+    return d
+  def gather(self, dim:int, index:Tensor) -> Tensor:
+    """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
+    d = self._index_dim("gather", dim, index)
     x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
-    hit = index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)
-    return hit.where(x.unsqueeze(-1).transpose(d, -1), 0).sum(-1).cast(self.dtype)
+    return index._one_hot(self.shape[d]).where(x.unsqueeze(-1).transpose(d, -1), 0).sum(-1).cast(self.dtype)
   def _scattered(self, dim:int, index:Tensor, src:Tensor) -> tuple[Tensor, Tensor]:
     """Where each of src's elements goes, and the elements: (*x.shape, k) for the k indices along dim."""
-    d = self._dim(dim)
-    if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d) or \
-       any(i > s for i, s in zip(index.shape, src.shape)):
-      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}, "
-                       f"or src's {src.shape}")
+    d = self._index_dim("scatter", dim, index)
+    if any(i > s for i, s in zip(index.shape, src.shape)):
+      raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit src's shape {src.shape}")
     if src.dtype != self.dtype:
       raise DTypeError(f"scatter of {src.dtype.name} into {self.dtype.name}: dtypes must match")
     grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
-    hit = (index.unsqueeze(-1) == Tensor.arange(self.shape[d], device=self.device)).transpose(d, -1).pad(grow)
     src = src.shrink(tuple((0, i) for i in index.shape))
-    return hit, src.unsqueeze(-1).transpose(d, -1).pad(grow)
+    return index._one_hot(self.shape[d]).transpose(d, -1).pad(grow), src.unsqueeze(-1).transpose(d, -1).pad(grow)
   def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
     if reduce not in (None, "add", "multiply"):
       raise TypeError(f"scatter's reduce is None, 'add' or 'multiply', not {reduce!r}")
@@ -1827,7 +1773,7 @@ class Tensor:
         raise ShapeError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
     dtype, total, out, at = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts), None, 0
     for t in ts:
-      part = t.cast(dtype).pad(tuple((at, total - at - t.shape[d]) if i == d else (0, 0) for i in range(self.ndim)))
+      part = t.cast(dtype)._pad_along(d, at, total - at - t.shape[d])
       out, at = part if out is None else (out | part if dtype == dtypes.bool else out + part), at + t.shape[d]
     return out
   @staticmethod
@@ -1894,8 +1840,7 @@ class Tensor:
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def contiguous_backward(self) -> Tensor:  # (a gradient is stored where the scheduler decides, as any node)
-    return self
+  def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as all are)
 
   # --- composites
   @composite
@@ -1948,9 +1893,8 @@ class Tensor:
     return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(dims)], *[lead + 2 * i for i in range(dims)])
   @staticmethod
   def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
-    padding = per_dim(padding, dims)  # for each, or torch's flat pairs (the last dim's first)
-    if len(padding) == dims: return [(p, p) for p in padding]
-    return [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
+    padding = per_dim(padding, dims)  # for each, or torch's flat pairs
+    return [(p, p) for p in padding] if len(padding) == dims else flat_pairs(padding, dims)
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
     """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
     the input padded, its windows (_pool) stored as rows, one for each channel and kernel position, over the output
@@ -1975,8 +1919,7 @@ class Tensor:
     x = self
     for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
       d, k = 2 + i, x.shape[2 + i]
-      x = x.unsqueeze(d + 1).pad((*[None] * (d + 1), (0, s - 1), *[None] * (x.ndim - d - 1))).flatten(d, d + 1)[
-          (*[slice(None)] * d, slice(0, k * s - (s - 1)))]
+      x = x.unsqueeze(d + 1)._pad_along(d + 1, 0, s - 1).flatten(d, d + 1)._along(d, 0, k * s - (s - 1))
     w = weight.reshape(groups, c // groups, per_group, *kernel).transpose(1, 2).flip(tuple(range(3, 3 + dims)))
     pads = [((k - 1) * d - b, (k - 1) * d - a + op)
             for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
@@ -1997,8 +1940,7 @@ class Tensor:
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     grow = (*[None] * (self.ndim - len(kernel)), *[(b, a + e) for (b, a), e in zip(pads, extra)])
-    low = dtypes.min(self.dtype)
-    windows = self.pad(grow, value=low)._pool(kernel, stride, dilation)
+    windows = self.pad(grow, value=dtypes.min(self.dtype))._pool(kernel, stride, dilation)
     axes = tuple(range(-len(kernel), 0))
     top = windows.max(axes, keepdim=True)
     if not return_indices: return top.reshape(top.shape[:-len(kernel)])
@@ -2010,12 +1952,11 @@ class Tensor:
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
-    after = [(0, e) for e in extra]
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
     ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
     counted = (ones.pad([(b, a) for b, a in pads], value=1.0 if count_include_pad else 0.0)
                if any(map(any, pads)) else ones)
-    return sums / counted.pad(after)._pool(kernel, stride, dilation).sum(axes)
+    return sums / counted.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
     n, c, *size = self.shape
@@ -2024,7 +1965,7 @@ class Tensor:
       output_size = [(i - 1) * s - b - a + d * (k - 1) + 1
                      for i, k, s, d, (b, a) in zip(size, kernel, stride, dilation, pads)]
     output_size = tuple(output_size)[-len(size):]
-    hit = indices.reshape(n, c, -1, 1) == Tensor.arange(prod(output_size), device=self.device)
+    hit = indices.reshape(n, c, -1)._one_hot(prod(output_size))
     return hit.where(self.reshape(n, c, -1, 1), 0).sum(2).reshape(n, c, *output_size).cast(self.dtype)
   def interpolate(self, size, mode="linear", align_corners=False) -> Tensor:
     """The last len(size) dims resized, as torch's interpolate: "linear" (bilinear, trilinear: one dim at a time) by
@@ -2047,8 +1988,7 @@ class Tensor:
                                    is_causal=False, enable_gqa=False) -> Tensor:
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps where True, is_causal keeps each query's past and itself;
     enable_gqa repeats the key and value heads for groups of query heads."""
-    if enable_gqa:
-      key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
+    if enable_gqa: key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
     scores = self @ key.transpose(-2, -1) / math.sqrt(self.shape[-1])
     if is_causal:
       if attn_mask is not None:
@@ -2065,9 +2005,8 @@ class Tensor:
     lhs, arrow, out = formula.replace(" ", "").partition("->")
     names = lhs.split(",")
     if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
-    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula)  # letters for the dims "..." stands for
     most = max(t.ndim - len(n) + 3 for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
-    ellipsis = "".join(next(spare) for _ in range(most))
+    ellipsis = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula][:most])  # for the dims of "..."
     names = [n.replace("...", ellipsis[most - (t.ndim - len(n) + 3):]) for t, n in zip(ts, names)]
     if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names))
                                                   if "".join(names).count(c) == 1 and c not in ellipsis))
@@ -2087,14 +2026,9 @@ class Tensor:
   def rearrange(self, formula:str, **sizes) -> Tensor:
     """einops' rearrange: "b (h w) c -> b h w c", h=2: names for the dims (a group in parentheses is one dim of their
     product), moved to the right side's order and grouped as it says."""
-    def side(text:str) -> list[list[str]]:  # the names of each dim: one, or a group's ("1": none)
-      groups, group = [], None
-      for tok in text.replace("(", " ( ").replace(")", " ) ").split():
-        if tok == "(": group = []
-        elif tok == ")": groups.append(group); group = None
-        elif group is not None: group.append(tok)
-        else: groups.append([] if tok == "1" else [tok])
-      return groups
+    def side(text:str) -> list[list[str]]:  # the names of each dim: a group's, in parentheses, or one ("1": none)
+      return [[name] if name and name != "1" else group.split()
+              for group, name in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
     left, right = formula.split("->")
     extra = self.ndim - len(side(left)) + 1 if "..." in left else 0  # the dims "..." stands for, named _0, _1, ...
     lhs, rhs = [side(t.replace("...", " ".join(f"_{k}" for k in range(extra)))) for t in (left, right)]
@@ -2121,13 +2055,11 @@ class Tensor:
     """Logits (N, C, ...) or (C,) against class indices, or probabilities of the logits' shape."""
     if not 0 <= label_smoothing <= 1: raise ValueError(f"label_smoothing={label_smoothing} is not in [0, 1]")
     classes = 0 if self.ndim == 1 else 1
-    if Y.shape != self.shape:
-      if Y.shape != self.shape[:classes] + self.shape[classes + 1:]:
-        raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape "
-                         f"{self.shape[:classes] + self.shape[classes + 1:]} or probabilities of the logits' shape, "
-                         f"got {Y.shape}")
-      n = self.shape[classes]
-      Y = Y.unsqueeze(classes) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - classes - 1))
+    indices = self.shape[:classes] + self.shape[classes + 1:]  # the shape of class indices
+    if Y.shape not in (self.shape, indices):
+      raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape {indices} or probabilities "
+                       f"of the logits' shape, got {Y.shape}")
+    if Y.shape == indices: Y = Y._one_hot(self.shape[classes], classes)
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
     return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
   def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
