@@ -1373,11 +1373,7 @@ class Tensor:
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
   bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
-  # 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
-  for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
-    locals()[f"__r{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): f(self._const(x), self)
-    locals()[f"__i{op}__"] = lambda self, x, f=getattr(operator, f"__{op}__"): self.assign(f(self, x))
-  del op
+  # (the reflected operators, 2 - t, and the in-place ones, t -= 2, are made from one table after the class)
 
   # --- activations
   def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
@@ -2190,6 +2186,11 @@ class Tensor:
     if self.dtype == dtypes.bfloat16:  # (as torch's numpy() refuses it)
       raise TypeError("a bfloat16 tensor has no buffer-protocol or numpy type: convert it first, e.g. .float()")
     return self.buffer().copyout()
+
+# 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
+for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
+  setattr(Tensor, f"__r{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): f(self._const(x), self))
+  setattr(Tensor, f"__i{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): self.assign(f(self, x)))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Gradients: a table of derivative rules, one per primitive, and one walk that applies them from the loss back. Each
