@@ -3162,16 +3162,14 @@ def approximations(ops:frozenset[Ops]) -> PatternMatcher:
 
 def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
   return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
-def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # two selects, each false for nan: nan passes through as itself
-  x = (x.const_like(hi) < x).where(x.const_like(hi), x)
-  return (x < lo).where(x.const_like(lo), x)
 def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
 
 def _exp2(x:UOp) -> UOp:
   """2**x = 2**f * 2**n with n = round(x) and f = x - n in [-0.5, 0.5]: a polynomial for 2**f, and 2**n made of
-  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. Past
-  [-151, 129] the result is 0 or inf anyway; max keeps nan, so nan stays nan through every step."""
-  x = _clamp(x, -151.0, 129.0)
+  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. x is
+  clamped to [-151, 129] (past it the result is 0 or inf anyway) by selects false for nan, so nan stays nan."""
+  x = (x.const_like(129.0) < x).where(x.const_like(129.0), x)
+  x = (x < -151.0).where(x.const_like(-151.0), x)
   big = x.const_like(12582912.0)  # 1.5 * 2**23: adding it rounds x to an integer, which lands in the low bits
   t = x + big
   n, f = t.bitcast(dtypes.int) - 0x4B400000, x - (t - big)  # (0x4B400000: the bits of big)
@@ -4028,18 +4026,15 @@ class Renderer:
       raise DTypeError(f"{self.name} has no {' or '.join(sorted(lacks))}")
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
-    signature = self.signature(name, uops, bufs)
+    params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
+    # a thread id the dialect has no variable for (a CPU core's) is an argument
+    params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
+    params += self.launch_params
+    signature = f"{self.kernel.format(threads=prod(launch_dims(uops)[1]))} {name}({', '.join(params)})"
     named = set(re.findall(r"\w+", "\n".join([signature, *body])))
     header = list(dict.fromkeys(line for typ, lines in self.headers.items() if typ is None or typ in named
                                 for line in lines))
     return "\n".join(header + [signature + " {"] + body + ["}"])
-
-  def signature(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
-    params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
-    # a thread id the dialect has no variable for (a CPU core's) is an argument
-    params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
-    threads = prod(launch_dims(uops)[1])
-    return f"{self.kernel.format(threads=threads)} {name}({', '.join(params + list(self.launch_params))})"
 
   def lines(self, uops:list[UOp]) -> list[str]:
     uses: dict[UOp, int] = defaultdict(int)
@@ -4641,10 +4636,8 @@ class _Device:
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
-    if name not in self.opened:
-      with self.lock:  # two threads opening one device at once get the same one, opened once
-        _, opener = self.kinds[name]
-        if name not in self.opened: self.opened[name] = Compiled(name, opener())
+    with self.lock:  # two threads opening one device at once get the same one, opened once
+      if name not in self.opened: self.opened[name] = Compiled(name, self.kinds[name][1]())
     return self.opened[name]
   @functools.cached_property
   def DEFAULT(self) -> str:
@@ -4736,7 +4729,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if debug >= 4: print(l.prog.src)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
             wait=wait or debug >= 2 or capture is not None)  # (a buffer is allocated when a kernel first uses it)
-    if capture is not None: capture.launches.append((fn, l, bufs)); capture.seconds += tm
+    if capture is not None: capture.launches.append((fn, l, [bufs[s] for s in l.slots])); capture.seconds += tm
     if debug >= 2:
       flops, moved = l.prog.info
       print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
@@ -4783,8 +4776,8 @@ class Place(NamedTuple):  # where a rand call started in its sequence (Tensor._p
 
 @dataclass
 class Capture:
-  """One call of a TinyJit's function as it ran: each kernel it launched (its function, launch, and its run's
-  buffers), and what it made of Python data: a tensor's, by its hash, and rand's places in the sequence."""
+  """One call of a TinyJit's function as it ran: each kernel it launched (its function, launch, and buffers), and
+  what it made of Python data: a tensor's, by its hash, and rand's places in the sequence."""
   start: int  # rand's counter when the call began
   launches: list[tuple[Callable, Launch, list[Buffer]]] = field(default_factory=list)
   seconds: float = 0.0  # the time its kernels took on the device, each waited for
@@ -4843,8 +4836,12 @@ class TinyJit:
                       f"hashable ({e})") from None
     if replay is not None: return replay(given)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
-    try: out = self.run(args, kwargs)
+    try:
+      out, outs = self.fn(*args, **kwargs), []
+      mapped(out, outs.append)  # (collects them)
+      if outs: Tensor.realize(*outs)
     finally: call, capturing.now = capturing.now, outer
+    self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
     if outer is not None:  # a jit around this one's
       outer.launches += call.launches; outer.data += call.data
       outer.computed |= call.computed; outer.made |= call.made
@@ -4852,13 +4849,7 @@ class TinyJit:
     elif call.fingerprint() != self.first[key]:
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
                          "replay would read what the second made. Make it outside the function and pass it in.")
-    else: self.replays[key] = Replay.of(call, given, out, self.returned)
-    return out
-  def run(self, args, kwargs):
-    out, outs = self.fn(*args, **kwargs), []
-    mapped(out, outs.append)  # (collects them)
-    if outs: Tensor.realize(*outs)
-    self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
+    else: self.replays[key] = Replay.of(call, given, out, outs, self.returned)
     return out
 
 @dataclass
@@ -4877,26 +4868,23 @@ class Replay:
   native: Callable[[list], None]|None  # the launches as one call, where the device has a graph of kernels
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
-  def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
-    """The replay of a captured call, given these buffers."""
-    launches = [(fn, l, [run[s] for s in l.slots]) for fn, l, run in call.launches]  # each with its own buffers
+  def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
+    """The replay of a captured call, given these buffers, that returned out (its tensors: outs)."""
     made, held = [], []
-    for _, l, bufs in launches:
+    for _, l, bufs in call.launches:
       for i, b in enumerate(bufs):
         if b in given or b in made or b in held: continue
         if i >= l.outputs and b in returned:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
         (made if i < l.outputs and b in call.made else held).append(b)
-    outs: list[Tensor] = []
-    mapped(out, outs.append)  # (collects them)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
     made = [b for b in made if b in returns]
     held += [b for b in returns if b not in given + made + held]
     slots = {b: i for i, b in enumerate(given + made + own + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
-    launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches]
+    launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
     return Replay([(b.device, b.size, b.dtype) for b in made], [Buffer(b.device, b.size, b.dtype) for b in own] + held,
                   places, Tensor._counter - call.start, launches,
                   mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), graph(launches))
