@@ -4481,15 +4481,16 @@ class Thread:
   local: dict
   gid: tuple
   lid: tuple
-  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, DType, int]:
-    """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
-    size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
-    buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
-    buf = u.memory
-    size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
+  def access(self, u:UOp, vals:dict, lanes:int) -> tuple[bytearray, slice, DType]:
+    """A load's or store's memory, the bytes of its lanes that hold data (those inside the buffer's logical size:
+    PARAM's element count, DEFINE_LOCAL's length), and its dtype. A lane outside what the hardware has is a lowering
+    bug: a buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
+    buf, addr = u.memory, vals[u.addr]
+    size, shared, width = buf.arg.size, buf.op is Ops.DEFINE_LOCAL, buf.dtype.itemsize
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-    return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
+    inside = slice(addr * width, max(addr, min(addr + lanes, size)) * width)
+    return self.local[buf] if shared else self.bufs[buf.arg.slot], inside, buf.dtype
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
   # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, vals:dict):
@@ -4497,18 +4498,14 @@ class Thread:
     n = u.dtype.count
     if u.gate is not None and not vals[u.gate]: out = (dtypes.python(u.dtype.scalar)(0),) * n  # gated off: 0
     else:
-      mem, dtype, inside = self.access(u, vals[u.addr], n)
-      start = vals[u.addr] * dtype.itemsize
-      data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
-      out = decoded(dtype, data)
+      mem, inside, dtype = self.access(u, vals, n)
+      out = decoded(dtype, bytes(mem[inside]).ljust(n * dtype.itemsize, b"\xff"))
     return out[0] if n == 1 else out
   def store(self, u:UOp, vals:dict):
     if u.gate is not None and not vals[u.gate]: return
     n, value = u.value.dtype.count, vals[u.value]
-    mem, dtype, inside = self.access(u, vals[u.addr], n)
-    lanes = value if n > 1 else [value]
-    at = vals[u.addr] * dtype.itemsize
-    mem[at:at + inside * dtype.itemsize] = encoded(dtype, lanes[:inside])
+    mem, inside, dtype = self.access(u, vals, n)
+    mem[inside] = encoded(dtype, value if n > 1 else [value])[:inside.stop - inside.start]
 
 # what each op computes in an emulated thread, from the values computed so far: with exec_alu, this table is the
 # emulator's whole semantics
