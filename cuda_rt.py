@@ -196,7 +196,7 @@ def _host(mv: memoryview) -> ctypes.Array:
   return (c_char * mv.nbytes).from_buffer_copy(mv) if mv.readonly else (c_char * mv.nbytes).from_buffer(mv)
 
 def arguments(n: int) -> tuple[ctypes.Array, ctypes.Array]:
-  """n argument values (device pointers), and kernelParams: a pointer to each, as a launch and a graph node take them."""
+  """n argument values (device pointers), and kernelParams: a pointer to each, as launches and graph nodes take them."""
   values = (c_uint64 * n)()
   return values, (c_void_p * n)(*[ctypes.addressof(values) + 8 * i for i in range(n)])
 

@@ -4161,8 +4161,7 @@ def _load(ctx:Names, u:UOp) -> str:
   return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
 
 def _store(ctx:Names, u:UOp) -> str:
-  if u.arg == "stream":
-    return ctx.streams[u.value.dtype.itemsize].format(at=_at(ctx, u), value=ctx[u.value])
+  if u.arg == "stream": return ctx.streams[u.value.dtype.itemsize].format(at=_at(ctx, u), value=ctx[u.value])
   store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
   return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
 
