@@ -3545,8 +3545,7 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
   for r in inner:
-    amount = 4 if dev.gpu or tile else \
-      next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
+    amount = 4 if dev.gpu or tile else next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
