@@ -4366,9 +4366,9 @@ class CPURuntime:
                          "install gcc or clang, or set $CC to one") from None
     # the cache key names what decides the binary: the compiler's file and version, and the target (what
     # -march=native means on this CPU, by its predefined macros: __AVX512F__ and the like), so a shared cache is safe
-    native = self.compiler(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
-    if native.returncode == 0: self.flags = [*self.flags, "-march=native"]
-    target = native if native.returncode == 0 else self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
+    target = self.compiler(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
+    if target.returncode == 0: self.flags = [*self.flags, "-march=native"]
+    else: target = self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.width = vector_width(target.stdout)
