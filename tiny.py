@@ -4521,16 +4521,13 @@ def warp_product(core:TensorCore, fragments:list[tuple]) -> list[tuple]:
   """D = A @ B + C for a warp, from each lane's (A, B, C) elements, and each lane's elements of D: the products summed
   exactly, then rounded to float32 (a device may round on the way)."""
   m, n, k = core.dims
-  a, b, c = [[0.0] * k for _ in range(m)], [[0.0] * n for _ in range(k)], [[0.0] * n for _ in range(m)]
-  for lane, (fa, fb, fc) in enumerate(fragments):
-    for at, values, tile in ((core.a, fa, a), (core.b, fb, b), (core.c, fc, c)):
-      for i, v in enumerate(values):
-        row, col = at(lane, i)
-        tile[row][col] = v
-  d = [[truncate(dtypes.float, math.fsum([c[i][j]] + [a[i][x] * b[x][j] for x in range(k)])) for j in range(n)]
-       for i in range(m)]
-  return [tuple(d[row][col] for row, col in (core.c(lane, i) for i in range(core.elements[2])))
-          for lane in range(len(fragments))]
+  a, b, c = {}, {}, {}  # (row, column) -> the element a lane holds there
+  for lane, fragment in enumerate(fragments):
+    for at, tile, values in zip((core.a, core.b, core.c), (a, b, c), fragment):
+      tile.update((at(lane, i), v) for i, v in enumerate(values))
+  d = {(i, j): truncate(dtypes.float, math.fsum([c[i, j]] + [a[i, x] * b[x, j] for x in range(k)]))
+       for i in range(m) for j in range(n)}
+  return [tuple(d[core.c(lane, i)] for i in range(core.elements[2])) for lane in range(len(fragments))]
 
 def run_thread(t:Thread):
   """Step through the linear UOps: loops jump back at END, a barrier yields to the block's other threads."""
