@@ -168,11 +168,12 @@ class CUDADevice:
     # PTX leaves the last compile step to the driver's JIT, which rejects PTX from an NVRTC newer than the driver
     self.ptx = os.environ.get("CUDA_PTX") == "1"
     self.compiler_id = f"nvrtc-{'.'.join(map(str, nvrtc_version()))}-{self.arch}-{'ptx' if self.ptx else 'cubin'}"
-  def use(self) -> None:
-    """Makes the context current on the calling thread. A context is current per thread, and tiny calls the driver
-    from several: the one that realizes, the workers that compile new kernels, and a freed buffer's last owner. Set
-    each time, as another library on the thread may have made its own current (a cheap call: thread-local state)."""
+  def use(self) -> ctypes.CDLL:
+    """The driver, with the context made current on the calling thread. A context is current per thread, and tiny calls
+    the driver from several (the one that realizes, the workers that compile new kernels, a freed buffer's last owner),
+    where another library may have made its own current: it is set each time (a cheap call: thread-local state)."""
     self.cu.cuCtxSetCurrent(self.ctx)
+    return self.cu
   def attribute(self, attr: int) -> int:
     value = c_int()
     self.cu.cuDeviceGetAttribute(byref(value), attr, self.dev)
@@ -182,42 +183,33 @@ class CUDADevice:
   def graph(self, kernels: list) -> "CUDAGraph | None":
     return CUDAGraph(self, kernels) if all(hasattr(self.cu, f) for f in GRAPHS) else None
   def alloc(self, nbytes: int) -> int:
-    self.use()
     ptr = c_uint64()
-    self.cu.cuMemAlloc_v2(byref(ptr), nbytes)
+    self.use().cuMemAlloc_v2(byref(ptr), nbytes)
     return ptr.value
-  def free(self, ptr: int) -> None:
-    self.use()
-    self.cu.cuMemFree_v2(ptr)
-  def copyin(self, ptr: int, src: memoryview) -> None:
-    self.use()
-    self.cu.cuMemcpyHtoD_v2(ptr, _host(src), src.nbytes)
-  def copyout(self, dst: memoryview, ptr: int) -> None:
-    self.use()
-    self.cu.cuMemcpyDtoH_v2(_host(dst), ptr, dst.nbytes)
-  def synchronize(self) -> None:
-    self.use()
-    self.cu.cuCtxSynchronize()
+  def free(self, ptr: int) -> None: self.use().cuMemFree_v2(ptr)
+  def copyin(self, ptr: int, src: memoryview) -> None: self.use().cuMemcpyHtoD_v2(ptr, _host(src), src.nbytes)
+  def copyout(self, dst: memoryview, ptr: int) -> None: self.use().cuMemcpyDtoH_v2(_host(dst), ptr, dst.nbytes)
+  def synchronize(self) -> None: self.use().cuCtxSynchronize()
 
 def _host(mv: memoryview) -> ctypes.Array:
   # ctypes maps a writable buffer in place; a read-only one (bytes) it can only copy
   return (c_char * mv.nbytes).from_buffer_copy(mv) if mv.readonly else (c_char * mv.nbytes).from_buffer(mv)
 
+def arguments(n: int) -> tuple[ctypes.Array, ctypes.Array]:
+  """n argument values (device pointers), and kernelParams: a pointer to each, as launches and graph nodes take them."""
+  values = (c_uint64 * n)()
+  return values, (c_void_p * n)(*[ctypes.addressof(values) + 8 * i for i in range(n)])
+
 class CUDAProgram:
   def __init__(self, dev: CUDADevice, name: str, binary: bytes):
     self.dev, self.cu, self.module, self.func = dev, dev.cu, c_void_p(), c_void_p()
-    dev.use()
     # a PTX image must end in NUL, and every bytes object has one just past its end
-    self.cu.cuModuleLoadData(byref(self.module), binary)
+    dev.use().cuModuleLoadData(byref(self.module), binary)
     self.cu.cuModuleGetFunction(byref(self.func), self.module, name.encode())  # the name is unmangled by extern "C"
-    self.args: list[c_uint64] = []
-    self.params = (c_void_p * 0)()
+    self.args, self.params = arguments(0)
   def __call__(self, *bufs: int, global_size=(1, 1, 1), local_size=(1, 1, 1), wait=False) -> float | None:
-    # kernelParams points at one c_uint64 per argument, packed on the first launch; later launches only set values
-    if len(self.args) != len(bufs):
-      self.args = [c_uint64() for _ in bufs]
-      self.params = (c_void_p * len(bufs))(*map(ctypes.addressof, self.args))
-    for arg, buf in zip(self.args, bufs): arg.value = buf
+    if len(self.args) != len(bufs): self.args, self.params = arguments(len(bufs))  # later launches only set values
+    self.args[:] = bufs
     self.dev.use()
     if wait:  # timed by events around the launch
       start, end = c_void_p(), c_void_p()
@@ -239,8 +231,8 @@ class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
 
 class Node:  # a kernel node of a graph: its parameters, the argument values they point at, and their buffers' slots
   def __init__(self, prog: CUDAProgram, slots: list[int], global_size, local_size):
-    self.handle, self.slots, self.args, self.bound = c_void_p(), slots, (c_uint64 * len(slots))(), None
-    pointers = (c_void_p * len(slots))(*[ctypes.addressof(self.args) + 8 * i for i in range(len(slots))])
+    self.handle, self.slots, self.bound = c_void_p(), slots, None
+    self.args, pointers = arguments(len(slots))
     self.params = KernelNodeParams(prog.func, *global_size, *local_size, 0, pointers)
 
 class CUDAGraph:

@@ -162,13 +162,19 @@ class MetalDevice:
   def run(self, name: str, kernels: list, wait: bool) -> float | None:
     """Encodes kernels (each a program, its buffers and its sizes) into one command buffer, in order, and commits it:
     a compute encoder's dispatches run one after another, each seeing what the one before wrote."""
-    for prog, _, _, local_size in kernels: prog.check(local_size)  # (an encoder must end once begun)
+    for prog, _, _, local_size in kernels:  # checked first: an encoder must end once begun
+      if (threads := math.prod(local_size)) > prog.max_threads:
+        raise RuntimeError(f"kernel {prog.name}: local size {tuple(local_size)} is {threads} threads per threadgroup, "
+                           f"but its Metal pipeline allows at most {prog.max_threads}")
     # release what already finished, so launches without a synchronize() hold only the buffers still running
     while self.in_flight and send(self.in_flight[0][1], "status") >= COMPLETED: self.finish(*self.in_flight.popleft())
     with autorelease_pool():
       cbuf = send(self.queue, "commandBuffer")
       enc = send(cbuf, "computeCommandEncoder")
-      for prog, bufs, global_size, local_size in kernels: prog.encode(enc, bufs, global_size, local_size)
+      for prog, bufs, global_size, local_size in kernels:
+        send(enc, "setComputePipelineState:", prog.pipeline)
+        for i, buf in enumerate(bufs): send(enc, "setBuffer:offset:atIndex:", buf, 0, i)
+        send(enc, "dispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*global_size), MTLSize(*local_size))
       send(enc, "endEncoding")
       send(cbuf, "commit")
       cbuf = send(cbuf, "retain")  # the pool would free it before finish() reads its status, error and times
@@ -189,11 +195,3 @@ class MetalProgram:
   def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), wait=False) -> float | None:
     """global_size counts threadgroups, local_size threads in each. wait=True returns the kernel's GPU seconds."""
     return self.dev.run(self.name, [(self, bufs, global_size, local_size)], wait)
-  def check(self, local_size) -> None:
-    if (threads := math.prod(local_size)) > self.max_threads:
-      raise RuntimeError(f"kernel {self.name}: local size {tuple(local_size)} is {threads} threads per threadgroup, "
-                         f"but its Metal pipeline allows at most {self.max_threads}")
-  def encode(self, enc, bufs, global_size, local_size) -> None:
-    send(enc, "setComputePipelineState:", self.pipeline)
-    for i, buf in enumerate(bufs): send(enc, "setBuffer:offset:atIndex:", buf, 0, i)
-    send(enc, "dispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*global_size), MTLSize(*local_size))

@@ -3099,16 +3099,14 @@ def approximations(ops:frozenset[Ops]) -> PatternMatcher:
 
 def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
   return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
-def _clamp(x:UOp, lo:float, hi:float) -> UOp:  # two selects, each false for nan: nan passes through as itself
-  x = (x.const_like(hi) < x).where(x.const_like(hi), x)
-  return (x < lo).where(x.const_like(lo), x)
 def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n for n in [-126, 127]
 
 def _exp2(x:UOp) -> UOp:
   """2**x = 2**f * 2**n with n = round(x) and f = x - n in [-0.5, 0.5]: a polynomial for 2**f, and 2**n made of
-  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. Past
-  [-151, 129] the result is 0 or inf anyway; max keeps nan, so nan stays nan through every step."""
-  x = _clamp(x, -151.0, 129.0)
+  exponent bits in two halves, so that a subnormal result or an overflow to inf is one rounding of a product. x is
+  clamped to [-151, 129] (past it the result is 0 or inf anyway) by selects false for nan, so nan stays nan."""
+  x = (x.const_like(129.0) < x).where(x.const_like(129.0), x)
+  x = (x < -151.0).where(x.const_like(-151.0), x)
   big = x.const_like(12582912.0)  # 1.5 * 2**23: adding it rounds x to an integer, which lands in the low bits
   t = x + big
   n, f = t.bitcast(dtypes.int) - 0x4B400000, x - (t - big)  # (0x4B400000: the bits of big)
@@ -3484,8 +3482,7 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
   for r in inner:
-    amount = 4 if dev.gpu or tile else \
-      next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
+    amount = 4 if dev.gpu or tile else next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
@@ -3965,18 +3962,15 @@ class Renderer:
       raise DTypeError(f"{self.name} has no {' or '.join(sorted(lacks))}")
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
-    signature = self.signature(name, uops, bufs)
+    params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
+    # a thread id the dialect has no variable for (a CPU core's) is an argument
+    params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
+    params += self.launch_params
+    signature = f"{self.kernel.format(threads=prod(launch_dims(uops)[1]))} {name}({', '.join(params)})"
     named = set(re.findall(r"\w+", "\n".join([signature, *body])))
     header = list(dict.fromkeys(line for typ, lines in self.headers.items() if typ is None or typ in named
                                 for line in lines))
     return "\n".join(header + [signature + " {"] + body + ["}"])
-
-  def signature(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:
-    params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
-    # a thread id the dialect has no variable for (a CPU core's) is an argument
-    params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
-    threads = prod(launch_dims(uops)[1])
-    return f"{self.kernel.format(threads=threads)} {name}({', '.join(params + list(self.launch_params))})"
 
   def lines(self, uops:list[UOp]) -> list[str]:
     uses: dict[UOp, int] = defaultdict(int)
@@ -4103,8 +4097,7 @@ def _load(ctx:Names, u:UOp) -> str:
   return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
 
 def _store(ctx:Names, u:UOp) -> str:
-  if u.arg == "stream":
-    return ctx.streams[u.value.dtype.itemsize].format(at=_at(ctx, u), value=ctx[u.value])
+  if u.arg == "stream": return ctx.streams[u.value.dtype.itemsize].format(at=_at(ctx, u), value=ctx[u.value])
   store = f"{_pointer(ctx, u, u.value.dtype)} = {ctx[u.value]};"
   return store if u.gate is None else f"if ({ctx[u.gate]}) {{ {store} }}"
 
@@ -4310,9 +4303,9 @@ class CPURuntime:
                          "install gcc or clang, or set $CC to one") from None
     # the cache key names what decides the binary: the compiler's file and version, and the target (what
     # -march=native means on this CPU, by its predefined macros: __AVX512F__ and the like), so a shared cache is safe
-    native = self.compiler(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
-    if native.returncode == 0: self.flags = [*self.flags, "-march=native"]
-    target = native if native.returncode == 0 else self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
+    target = self.compiler(*self.flags, "-march=native", "-dM", "-E", "-x", "c", "-")
+    if target.returncode == 0: self.flags = [*self.flags, "-march=native"]
+    else: target = self.compiler(*self.flags, "-dM", "-E", "-x", "c", "-")
     self.compiler_id = f"{os.path.realpath(shutil.which(self.command[0]) or self.command[0])} {version} " \
                        f"{self.cc} {' '.join(self.flags)} {hashlib.sha256(target.stdout.encode()).hexdigest()}"
     self.width = vector_width(target.stdout)
@@ -4423,15 +4416,16 @@ class Thread:
   local: dict
   gid: tuple
   lid: tuple
-  def access(self, u:UOp, addr:int, lanes:int) -> tuple[bytearray, DType, int]:
-    """A load's or store's memory, its dtype, and how many of its lanes hold data: those inside the buffer's logical
-    size (PARAM's element count, DEFINE_LOCAL's length). A lane outside what the hardware has is a lowering bug: a
-    buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
-    buf = u.memory
-    size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
+  def access(self, u:UOp, vals:dict, lanes:int) -> tuple[bytearray, slice, DType]:
+    """A load's or store's memory, the bytes of its lanes that hold data (those inside the buffer's logical size:
+    PARAM's element count, DEFINE_LOCAL's length), and its dtype. A lane outside what the hardware has is a lowering
+    bug: a buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
+    buf, addr = u.memory, vals[u.addr]
+    size, shared, width = buf.arg.size, buf.op is Ops.DEFINE_LOCAL, buf.dtype.itemsize
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-    return self.local[buf] if shared else self.bufs[buf.arg.slot], buf.dtype, max(0, min(lanes, size - addr))
+    inside = slice(addr * width, max(addr, min(addr + lanes, size)) * width)
+    return self.local[buf] if shared else self.bufs[buf.arg.slot], inside, buf.dtype
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
   # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, vals:dict):
@@ -4439,18 +4433,14 @@ class Thread:
     n = u.dtype.count
     if u.gate is not None and not vals[u.gate]: out = (dtypes.python(u.dtype.scalar)(0),) * n  # gated off: 0
     else:
-      mem, dtype, inside = self.access(u, vals[u.addr], n)
-      start = vals[u.addr] * dtype.itemsize
-      data = bytes(mem[start:start + inside * dtype.itemsize]).ljust(n * dtype.itemsize, b"\xff")
-      out = decoded(dtype, data)
+      mem, inside, dtype = self.access(u, vals, n)
+      out = decoded(dtype, bytes(mem[inside]).ljust(n * dtype.itemsize, b"\xff"))
     return out[0] if n == 1 else out
   def store(self, u:UOp, vals:dict):
     if u.gate is not None and not vals[u.gate]: return
     n, value = u.value.dtype.count, vals[u.value]
-    mem, dtype, inside = self.access(u, vals[u.addr], n)
-    lanes = value if n > 1 else [value]
-    at = vals[u.addr] * dtype.itemsize
-    mem[at:at + inside * dtype.itemsize] = encoded(dtype, lanes[:inside])
+    mem, inside, dtype = self.access(u, vals, n)
+    mem[inside] = encoded(dtype, value if n > 1 else [value])[:inside.stop - inside.start]
 
 # what each op computes in an emulated thread, from the values computed so far: with exec_alu, this table is the
 # emulator's whole semantics
@@ -4468,16 +4458,13 @@ def warp_product(core:TensorCore, fragments:list[tuple]) -> list[tuple]:
   """D = A @ B + C for a warp, from each lane's (A, B, C) elements, and each lane's elements of D: the products summed
   exactly, then rounded to float32 (a device may round on the way)."""
   m, n, k = core.dims
-  a, b, c = [[0.0] * k for _ in range(m)], [[0.0] * n for _ in range(k)], [[0.0] * n for _ in range(m)]
-  for lane, (fa, fb, fc) in enumerate(fragments):
-    for at, values, tile in ((core.a, fa, a), (core.b, fb, b), (core.c, fc, c)):
-      for i, v in enumerate(values):
-        row, col = at(lane, i)
-        tile[row][col] = v
-  d = [[truncate(dtypes.float, math.fsum([c[i][j]] + [a[i][x] * b[x][j] for x in range(k)])) for j in range(n)]
-       for i in range(m)]
-  return [tuple(d[row][col] for row, col in (core.c(lane, i) for i in range(core.elements[2])))
-          for lane in range(len(fragments))]
+  a, b, c = {}, {}, {}  # (row, column) -> the element a lane holds there
+  for lane, fragment in enumerate(fragments):
+    for at, tile, values in zip((core.a, core.b, core.c), (a, b, c), fragment):
+      tile.update((at(lane, i), v) for i, v in enumerate(values))
+  d = {(i, j): truncate(dtypes.float, math.fsum([c[i, j]] + [a[i, x] * b[x, j] for x in range(k)]))
+       for i in range(m) for j in range(n)}
+  return [tuple(d[core.c(lane, i)] for i in range(core.elements[2])) for lane in range(len(fragments))]
 
 def run_thread(t:Thread):
   """Step through the linear UOps: loops jump back at END, a barrier yields to the block's other threads."""
@@ -4578,10 +4565,8 @@ class _Device:
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
-    if name not in self.opened:
-      with self.lock:  # two threads opening one device at once get the same one, opened once
-        _, opener = self.kinds[name]
-        if name not in self.opened: self.opened[name] = Compiled(name, opener())
+    with self.lock:  # two threads opening one device at once get the same one, opened once
+      if name not in self.opened: self.opened[name] = Compiled(name, self.kinds[name][1]())
     return self.opened[name]
   @functools.cached_property
   def DEFAULT(self) -> str:
@@ -4673,7 +4658,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if debug >= 4: print(l.prog.src)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
             wait=wait or debug >= 2 or capture is not None)  # (a buffer is allocated when a kernel first uses it)
-    if capture is not None: capture.launches.append((fn, l, bufs)); capture.seconds += tm
+    if capture is not None: capture.launches.append((fn, l, [bufs[s] for s in l.slots])); capture.seconds += tm
     if debug >= 2:
       flops, moved = l.prog.info
       print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
@@ -4720,8 +4705,8 @@ class Place(NamedTuple):  # where a rand call started in its sequence (Tensor._p
 
 @dataclass
 class Capture:
-  """One call of a TinyJit's function as it ran: each kernel it launched (its function, launch, and its run's
-  buffers), and what it made of Python data: a tensor's, by its hash, and rand's places in the sequence."""
+  """One call of a TinyJit's function as it ran: each kernel it launched (its function, launch, and buffers), and
+  what it made of Python data: a tensor's, by its hash, and rand's places in the sequence."""
   start: int  # rand's counter when the call began
   launches: list[tuple[Callable, Launch, list[Buffer]]] = field(default_factory=list)
   seconds: float = 0.0  # the time its kernels took on the device, each waited for
@@ -4780,8 +4765,12 @@ class TinyJit:
                       f"hashable ({e})") from None
     if replay is not None: return replay(given)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
-    try: out = self.run(args, kwargs)
+    try:
+      out, outs = self.fn(*args, **kwargs), []
+      mapped(out, outs.append)  # (collects them)
+      if outs: Tensor.realize(*outs)
     finally: call, capturing.now = capturing.now, outer
+    self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
     if outer is not None:  # a jit around this one's
       outer.launches += call.launches; outer.data += call.data
       outer.computed |= call.computed; outer.made |= call.made
@@ -4789,13 +4778,7 @@ class TinyJit:
     elif call.fingerprint() != self.first[key]:
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
                          "replay would read what the second made. Make it outside the function and pass it in.")
-    else: self.replays[key] = Replay.of(call, given, out, self.returned)
-    return out
-  def run(self, args, kwargs):
-    out, outs = self.fn(*args, **kwargs), []
-    mapped(out, outs.append)  # (collects them)
-    if outs: Tensor.realize(*outs)
-    self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
+    else: self.replays[key] = Replay.of(call, given, out, outs, self.returned)
     return out
 
 @dataclass
@@ -4814,26 +4797,23 @@ class Replay:
   native: Callable[[list], None]|None  # the launches as one call, where the device has a graph of kernels
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
-  def of(call:Capture, given:list[Buffer], out, returned:weakref.WeakSet) -> Replay:
-    """The replay of a captured call, given these buffers."""
-    launches = [(fn, l, [run[s] for s in l.slots]) for fn, l, run in call.launches]  # each with its own buffers
+  def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
+    """The replay of a captured call, given these buffers, that returned out (its tensors: outs)."""
     made, held = [], []
-    for _, l, bufs in launches:
+    for _, l, bufs in call.launches:
       for i, b in enumerate(bufs):
         if b in given or b in made or b in held: continue
         if i >= l.outputs and b in returned:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
         (made if i < l.outputs and b in call.made else held).append(b)
-    outs: list[Tensor] = []
-    mapped(out, outs.append)  # (collects them)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
     made = [b for b in made if b in returns]
     held += [b for b in returns if b not in given + made + held]
     slots = {b: i for i, b in enumerate(given + made + own + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
-    launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in launches]
+    launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
     return Replay([(b.device, b.size, b.dtype) for b in made], [Buffer(b.device, b.size, b.dtype) for b in own] + held,
                   places, Tensor._counter - call.start, launches,
                   mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), graph(launches))
