@@ -601,7 +601,7 @@ symbolic = PatternMatcher([
   # identities, each exact for every value of its dtype: x+0.0 is 0.0 where x is -0.0, and x*0 is nan where x is
   # nan or inf, so those two fold only for ints
   (xi + 0, lambda x: x),                                                # x+0 -> x (ints)
-  (UPat(Ops.ADD, src=[xi, yi]), lambda x, y: x if y.vmin == y.vmax == 0 else None),  # x+(a loop of 1) -> x
+  (UPat(Ops.ADD, src=[xi, yi]), lambda x, y: x if y.vmin == y.vmax == 0 else None),  # x+y -> x, y pinned to 0
   (x + c0, lambda x, c0: x if c0.arg == 0 and math.copysign(1, c0.arg) < 0 else None),  # x+(-0.0) -> x
   (x * 1, lambda x: x),                                                 # x*1 -> x
   (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
