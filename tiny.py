@@ -2749,8 +2749,10 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   A reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax row's max, sum and
   outputs are one kernel, the row read again from cache (a CPU runs its loops in turn, row by row; a GPU block's
   threads share each, see row_loops). Not under a later reduce over other axes (x.softmax(-1).sum(0)): that would
-  compute the row again for each of its outputs, so the row's reduce is stored, and the walk runs again. And for each
-  node, whether its kernel holds a reduce."""
+  compute the row again for each of its outputs, so the row's reduce is stored, and the walk runs again. A row reduce
+  read by several elementwise consumers is stored too, unless reducing its rows again in each of their kernels costs
+  less than a launch (a loss's max and sum, read by the loss and its gradient). And for each node, whether its kernel
+  holds a reduce."""
   order = sink.toposort
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
