@@ -2537,6 +2537,16 @@ def test_floor_division_and_remainder_are_pythons_and_zero_by_zero(device, dtype
     (Tensor([7.5, -7.5]) % 2).tolist() == [1.5, 0.5]  # floats too
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_div_rounds_toward_zero_or_down_as_asked(device):  # as torch's div(rounding_mode=)
+  a, b = rand_ints((3, 7), 132, -50, 50), rand_ints((3, 7), 133, 1, 9)
+  b = ref_ew(lambda v, s: v * s, b, [[(-1) ** (i + j) for j in range(7)] for i in range(3)])  # both signs
+  for dtype in (dtypes.int32, dtypes.float32):
+    ta, tb = Tensor(a, dtype=dtype, device=device), Tensor(b, dtype=dtype, device=device)
+    assert ta.div(tb, rounding_mode="trunc").tolist() == ref_ew(lambda x, y: math.trunc(x / y), a, b)
+    assert ta.div(tb, rounding_mode="floor").tolist() == ref_ew(lambda x, y: math.floor(x / y), a, b)
+  with pytest.raises(RuntimeError, match="rounding_mode"): Tensor([1.0]).div(2, rounding_mode="typo")
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 @pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint32, dtypes.int8, dtypes.uint8, dtypes.int64])
 def test_float_to_int_saturates_and_nan_is_zero(device, dtype):
   lo, hi = dtypes.limits(dtype)

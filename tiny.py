@@ -1202,7 +1202,7 @@ class Tensor:
   def div(self, x, rounding_mode:str|None=None) -> Tensor:  # true division, or rounded toward 0 ("trunc") or down
     a, b = self._broadcast(x)
     if rounding_mode not in (None, "trunc", "floor"):
-      raise ValueError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")
+      raise RuntimeError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")  # (torch's error)
     if rounding_mode and dtypes.is_int(a.dtype):
       return a._like(a.uop.alu(Ops.IDIV, b.uop)) if rounding_mode == "trunc" else a.divmod(b)[0]
     q = a._float() * b._float().reciprocal()
