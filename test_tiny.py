@@ -740,6 +740,17 @@ def test_int16_and_uint16_hold_their_range_and_wrap(device):
   assert Tensor([70000, -1], device=device).cast(dtypes.ushort).tolist() == [4464, 65535]
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_uint64_holds_its_range_and_wraps(device):
+  x = [2**64 - 1, 0, 2**63, 12345678901234567890, 7]
+  u = Tensor(x, dtype=dtypes.uint64, device=device)
+  assert u.dtype == dtypes.ulong and u.tolist() == x and Tensor([2**63]).dtype == dtypes.uint64  # (as numpy)
+  assert (u * 3 + 1).tolist() == [(3 * v + 1) % 2**64 for v in x] and (u // 7).tolist() == [v // 7 for v in x]
+  assert (u >> 60).tolist() == [v >> 60 for v in x] and (u & 0xFFFFFFFF).tolist() == [v & 0xFFFFFFFF for v in x]
+  assert (u > 2**63).tolist() == [v > 2**63 for v in x] and u.sum().item() == sum(x) % 2**64
+  assert Tensor([2e19, -1.0, 1e19], device=device).cast(dtypes.uint64).tolist() == [2**64 - 1, 0, 9999999980506447872]
+  with pytest.raises(tiny.DTypeError, match="no int holds both"): u + Tensor([1, 2, 3, 4, 5], device=device)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_float64_computes_in_double(device):  # a Python float's precision, constants included
   x = rand_list((5, 37), 59)
   d = Tensor(x, dtype=dtypes.double, device=device)
@@ -1460,7 +1471,7 @@ def test_bad_dtypes_are_type_errors_naming_them():
   with pytest.raises(TypeError, match="float"): Tensor([1.5, 2.0]) & Tensor([True, False])
   with pytest.raises(TypeError, match="notadtype"): Tensor([1, 2]).cast("notadtype")
   with pytest.raises(AttributeError, match="''"): Tensor([1.0, 2.0]).sum(dtype="")  # (tinygrad's error type too)
-  with pytest.raises(TypeError, match="'Q'"): Tensor(array.array("Q", [1, 2]))  # (tiny has no uint64)
+  with pytest.raises(TypeError, match="'w'"): Tensor(array.array("u", "ab"))  # (tiny has no character dtype)
   assert Tensor(array.array("d", [0.1, 2.0])).dtype == dtypes.float64
   with pytest.raises(TypeError, match="str"): Tensor([1.0]) + "1"
 
@@ -1523,7 +1534,7 @@ OVERFLOWS = {  # name: (what the user wrote, the value and dtype the message nam
   "list": (lambda: Tensor([1, 300], dtype="uint8"), "300", "uchar"),
   "negative unsigned": (lambda: Tensor([-1], dtype=dtypes.uint32), "-1", "uint"),
   "full": (lambda: Tensor.full((2,), 2**40, dtype="int32"), "1099511627776", "int"),
-  "past int64": (lambda: Tensor(2**63), "9223372036854775808", "long"),
+  "past uint64": (lambda: Tensor(2**64), "18446744073709551616", "ulong"),  # (2**63 is a uint64, as in numpy)
   "list past int64": (lambda: Tensor([1, -2**63 - 1]), "-9223372036854775809", "long"),
   "scalar operand past int64": (lambda: Tensor([1]) * 2**70, "1180591620717411303424", "long"),
   "arange": (lambda: Tensor.arange(250, 260, dtype="uint8"), "259", "uchar"),
@@ -2182,6 +2193,14 @@ def have_nvrtc() -> bool:
 
 needs_nvrtc = pytest.mark.skipif(not have_nvrtc(), reason="no libnvrtc (pip install nvidia-cuda-nvrtc)")
 NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
+
+@needs_nvrtc
+def test_uint64_kernels_compile_for_cuda_and_render_for_metal():
+  u = Tensor.empty(33, dtype=dtypes.uint64)
+  kernel, = tiny.render((u * 3 + (2**64 - 1)) // 7, device="CUDA")
+  assert "unsigned long long" in kernel.src and "18446744073709551615ull" in kernel.src
+  assert cuda_rt.nvrtc_compile(kernel.src, "sm_80")[:4] == b"\x7fELF"
+  assert "device ulong*" in tiny.render(u * 3, device="METAL")[0].src
 
 @pytest.fixture
 def fresh(monkeypatch):

@@ -78,6 +78,9 @@ class DType:
 # an unknown dtype name: tinygrad's error (it looks the name up on dtypes), and Python's for a value of the wrong type
 class UnknownDType(TypeError, AttributeError): pass
 
+class DTypeError(TypeError, RuntimeError):
+  """A dtype an op doesn't take: Python's error type, and tinygrad's."""
+
 class dtypes:
   bool = DType(0, 1, "bool", "?")
   int8 = char = DType(1, 1, "char", "b")
@@ -87,22 +90,23 @@ class dtypes:
   uint32 = uint = DType(5, 4, "uint", "I")
   int32 = int = DType(6, 4, "int", "i")
   int64 = long = DType(7, 8, "long", "q")
-  float16 = half = DType(8, 2, "half", "e")
-  bfloat16 = DType(8, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
-  float32 = float = DType(9, 4, "float", "f")
-  float64 = double = DType(10, 8, "double", "d")  # (transcendentals of a double run in float32: see Tensor._unary)
-  all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, float16, bfloat16, float32, float64)
+  uint64 = ulong = DType(8, 8, "ulong", "Q")
+  float16 = half = DType(9, 2, "half", "e")
+  bfloat16 = DType(9, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
+  float32 = float = DType(10, 4, "float", "f")
+  float64 = double = DType(11, 8, "double", "d")  # (transcendentals of a double run in float32: see Tensor._unary)
+  all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, uint64, float16, bfloat16, float32, float64)
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
   index = DType(7, 8, "index", "q")
-  by_fmt = {d.fmt: d for d in all} | {"l": int64, "c": uint8}
+  by_fmt = {d.fmt: d for d in all} | {"l": int64, "L": uint64, "c": uint8}
   # a dtype's kind is in its struct letter, which its vectors share (index is "q")
   @staticmethod
   def is_float(d:DType) -> bool: return d.fmt in "eEfd"
   @staticmethod
-  def is_int(d:DType) -> bool: return d.fmt in "bBhHIiq"
+  def is_int(d:DType) -> bool: return d.fmt in "bBhHIiqQ"
   @staticmethod
-  def is_unsigned(d:DType) -> bool: return d.fmt in "BHI"
+  def is_unsigned(d:DType) -> bool: return d.fmt in "BHIQ"
   @staticmethod
   def of(x) -> DType:
     if isinstance(x, DType): return x
@@ -131,6 +135,7 @@ class dtypes:
     unsigned = [d.itemsize for d in ds if dtypes.is_unsigned(d)]
     signed = [d.itemsize for d in ds if dtypes.is_int(d) and not dtypes.is_unsigned(d)]
     if dtypes.is_float(top) or not unsigned or not signed: return top
+    if max(unsigned) == 8: raise DTypeError(f"no int holds both {' and '.join(d.name for d in ds)}: cast one first")
     return {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[min(max(2 * max(unsigned), *signed), 8)]
   @staticmethod
   def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.fmt == "?" else int
@@ -782,8 +787,6 @@ class ShapeTracker:
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
-class DTypeError(TypeError, RuntimeError):
-  """A dtype an op doesn't take: Python's error type, and tinygrad's."""
 
 class ShapeError(ValueError, RuntimeError):
   """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
@@ -815,13 +818,13 @@ def _checked(d:DType, v):
   return x
 
 def _dtype_of_scalar(v) -> DType:
-  """A number's own dtype: bool, int32 (int64 past int32's range), float32. numpy scalars, known by their dtype
-  (tiny doesn't import numpy), follow the same rule, but a float16 stays float16."""
+  """A number's own dtype: bool, int32 (int64 past int32's range, uint64 past int64's, as numpy), float32. numpy
+  scalars, known by their dtype (tiny doesn't import numpy), follow the same rule, but a float16 stays float16."""
   np_dtype = str(getattr(v, "dtype", ""))
   if isinstance(v, bool) or np_dtype == "bool": return dtypes.bool
   if isinstance(v, numbers.Integral):
-    _checked(dtypes.int64, v)  # past int64, no dtype holds it
-    return dtypes.int32 if dtypes.fits(dtypes.int32, v) else dtypes.int64
+    _checked(dtypes.uint64 if v > 0 else dtypes.int64, v)  # past the widest int of its sign, no dtype holds it
+    return next(d for d in (dtypes.int32, dtypes.int64, dtypes.uint64) if dtypes.fits(d, v))
   if isinstance(v, numbers.Real): return dtypes.float16 if np_dtype == "float16" else dtypes.float32
   raise TypeError(f"can't make a tensor of {v!r}: a {type(v).__name__} is not a number")
 
@@ -831,7 +834,9 @@ def _dtype_of_list(vals:list) -> DType:
   kinds = set(map(type, vals))
   if not kinds <= {bool, int, float}: return dtypes.promote(*{_dtype_of_scalar(v) for v in vals})
   if float in kinds or not vals: return dtypes.float32
-  return dtypes.promote(_dtype_of_scalar(min(vals)), _dtype_of_scalar(max(vals)))
+  lo, hi = min(vals), max(vals)
+  if lo >= 0 and not dtypes.fits(dtypes.int64, hi): return dtypes.uint64  # (as numpy: no signed int holds them)
+  return dtypes.promote(_dtype_of_scalar(lo), _dtype_of_scalar(hi))
 
 def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(s) for s in shapes)
@@ -1491,8 +1496,9 @@ class Tensor:
     within = blocks._scan(op, -1)
     totals = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
     return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
-  def _widened(self) -> Tensor:
-    return self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
+  def _widened(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
+    narrower = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
+    return self.cast(dtypes.int64) if narrower else self
   def cumsum(self, axis=0) -> Tensor: return self._widened()._scan(Ops.ADD, axis)
   def cumprod(self, axis=0) -> Tensor: return self._widened()._scan(Ops.MUL, axis)
   def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
@@ -2470,7 +2476,7 @@ def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
   if own: Tensor.realize(*own.values())
 
 SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16,
-                      "U16": dtypes.uint16, "U32": dtypes.uint32,
+                      "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64,
                       "I32": dtypes.int32, "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
                       "F32": dtypes.float32, "F64": dtypes.float64}
 
@@ -4176,7 +4182,8 @@ string_rules = PatternMatcher(vector_rules + [
 
 c_types = {dtypes.float: "float", dtypes.double: "double", dtypes.half: "_Float16", dtypes.bfloat16: "unsigned short",
            dtypes.short: "short", dtypes.ushort: "unsigned short", dtypes.int: "int", dtypes.uint32: "unsigned int",
-           dtypes.long: "long long", dtypes.char: "signed char", dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
+           dtypes.long: "long long", dtypes.ulong: "unsigned long long", dtypes.char: "signed char",
+           dtypes.uchar: "unsigned char", dtypes.bool: "_Bool",
            **{d.vec(n): f"{name}{n}" for n in widths for d, name in  # a bool vector is a mask: true is -1
               ((dtypes.float, "float"), (dtypes.int, "int"), (dtypes.uint32, "uint"), (dtypes.bool, "int"))}}
 
@@ -4189,7 +4196,7 @@ c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMP
 CPU = Renderer(
   "CPU", gpu=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
   ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
-  types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll"},
+  types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll", dtypes.ulong: "ull"},
   code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
                              Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
   approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}), local_prefix="__attribute__((aligned(64))) ", barrier="",
@@ -4229,7 +4236,8 @@ CUDA = Renderer(
   vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bfloat16: "__nv_bfloat16",
                                                   dtypes.bool: "bool"} |
                                                  {d.vec(n): f"{d.name}{n}" for d in dtypes.narrow for n in (4, 8)},
-  suffixes={dtypes.uint32: "u", dtypes.long: "ll"}, code_for_op=code_for_op, local_prefix="__shared__ __align__(16) ",
+  suffixes={dtypes.uint32: "u", dtypes.long: "ll", dtypes.ulong: "ull"}, code_for_op=code_for_op,
+  local_prefix="__shared__ __align__(16) ",
   barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
   tensor_cores=CUDA_CORES,
@@ -4256,10 +4264,10 @@ METAL = Renderer(
   ids={AxisType.GLOBAL: "gid", AxisType.LOCAL: "lid"}, lanes=(".x", ".y", ".z", ".w"), vector="{type}({items})",
   types={d: t for d, t in c_types.items() if d != dtypes.double} |  # (Metal has no double)
         {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
-         dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint"} |
+         dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint", dtypes.ulong: "ulong"} |
         {d.vec(2): f"{name}2" for d, name in
          ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
-  suffixes={dtypes.uint32: "u", dtypes.long: "l"},  # Metal's long is 64 bits, and it has no long long
+  suffixes={dtypes.uint32: "u", dtypes.long: "l", dtypes.ulong: "ul"},  # Metal's long is 64 bits; it has no long long
   code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
