@@ -4213,6 +4213,26 @@ def test_pow_keeps_tinygrads_sign_and_int_rules():
   assert (Tensor([2, -3]) ** 3).tolist() == [8, -27] and (Tensor([2, -3]) ** 3).dtype == dtypes.int
   with pytest.raises(TypeError, match="int"): Tensor([2, 3]) ** -1
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_pow_has_its_own_gradient_at_zero_negative_and_infinite_bases(device):
+  """d/db b^e = e b^(e-1) (0 where e is 0) and d/de b^e = b^e ln b (0 where b is 0 and e >= 0), as torch's: not what
+  the exp2 and log2 that compute the value would give (nan at 0, 0 where the value is nan)."""
+  def c_pow(b, e):  # C's pow, which the forward pass follows: Python's, where that raises for a zero or negative base
+    try: return math.pow(b, e)
+    except ValueError: return math.nan if b < 0 else math.copysign(math.inf, b) if e % 2 == 1 else math.inf
+  def log(v): return -math.inf if v == 0 else math.nan if v < 0 else math.log(v)
+  pairs = [(b, e) for b in (-math.inf, -2.0, 0.0, 0.5, 2.0, math.inf) for e in (-1.0, 0.0, 0.3, 1.0, 2.5, 3.0)]
+  bs, es = [b for b, _ in pairs], [e for _, e in pairs]
+  b, e = Tensor(bs, device=device, requires_grad=True), Tensor(es, device=device, requires_grad=True)
+  y = b ** e
+  gb, ge = y.sum().gradient(b, e)
+  want_y = [c_pow(x, p) for x, p in pairs]
+  want_gb = [0.0 if p == 0 else p * c_pow(x, p - 1) for x, p in pairs]
+  want_ge = [0.0 if x == 0 and p >= 0 else c_pow(x, p) * log(x) for x, p in pairs]
+  for got, want in ((y, want_y), (gb, want_gb), (ge, want_ge)):
+    for (x, p), g, w in zip(pairs, got.tolist(), want):
+      assert math.isnan(g) == math.isnan(w) and (math.isnan(w) or math.isclose(g, w, rel_tol=1e-5)), (x, p, g, w)
+
 def test_float_checks_and_closeness():
   x = Tensor([1.0, math.nan, math.inf, -math.inf, -0.0])
   assert x.isnan().tolist() == [False, True, False, False, False]

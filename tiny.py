@@ -175,6 +175,7 @@ def decoded(d:DType, raw:bytes) -> tuple:
 class Ops(IntEnum):
   # tensor level
   BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
+  POW = auto()  # base ** exponent: its last source is the value, of ALU ops; the node holds pow's own derivative
   # kernel level
   PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
   # (ASSIGN: in a kernel, an accumulator's update; over tensors, a write into a tensor's buffer, as Tensor.assign)
@@ -1361,7 +1362,8 @@ class Tensor:
     return m + ((self - m).exp() + (other - m).exp()).log()
   def pow(self, x) -> Tensor:
     """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
-    the power is odd, nan for a negative base to a non-integer power, 1 for 0^0, as C's pow."""
+    the power is odd, nan for a finite negative base to a non-integer power, 1 for 0^0, as C's pow. That value is a
+    POW node's, whose gradient is pow's own (torch's), not that of the ops that compute it (nan at a zero base)."""
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
       for bit in bin(x)[:1:-1]:
@@ -1373,8 +1375,9 @@ class Tensor:
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
-    signed = (base < 0).where(whole.where(odd.where(-mag, mag), math.nan), mag)
-    return (e == 0).where(1, signed)
+    signed = (base < 0).where(whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan)), mag)
+    value = (e == 0).where(1, signed)
+    return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
   bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
@@ -2218,6 +2221,9 @@ derivatives: dict[Ops, Callable] = {
   Ops.WHERE: lambda g, y, c, a, b: (None, c.where(g, 0), c.where(0, g)),  # to the branch taken
   Ops.CAST: lambda g, y, x: (g.cast(x.dtype),),
   Ops.CONTIGUOUS: lambda g, y, x: (g,),
+  Ops.POW: lambda g, y, b, e, value: (g * (e == 0).where(0, e * b.pow(e - 1)),        # (b^e)' = e b^(e-1), and
+                                      g * ((b == 0) & (e >= 0)).where(0, y * b.log()),  # d/de = b^e ln b, as torch's
+                                      None),
   Ops.REDUCE_AXIS: lambda g, y, x: (_reduced(g, y, x),),
   Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move[0]](g, x, y.uop.arg.move[1]),),
 }
@@ -2648,7 +2654,8 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
   graph: list[UOp] = []
   for r, u in zip(key.rows, nodes):
-    if isinstance(r, Node):
+    if u.op is Ops.POW: graph.append(graph[r.srcs[-1]])  # its value: kernels compute that
+    elif isinstance(r, Node):
       graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
   return graph
