@@ -216,6 +216,12 @@ def test_arange_with_float_step():
 def test_eye_is_identity(n):
   assert Tensor.eye(n).tolist() == build((n, n), lambda i: 1.0 if i[0] == i[1] else 0.0)
 
+def test_eye_of_other_sizes_and_bad_ones():
+  assert Tensor.eye(2, 5).tolist() == build((2, 5), lambda i: 1.0 if i[0] == i[1] else 0.0)
+  assert Tensor.eye(3, 0).shape == (3, 0) and Tensor.eye(0).shape == (0, 0)
+  for n, m in ((-3, 3), (3, -3), (-3, -3)):
+    with pytest.raises(ValueError, match="-3"): Tensor.eye(n, m)  # (tinygrad's error type)
+
 def test_like_constructors_copy_shape_and_dtype():
   t = Tensor(rand_ints((3, 7), 2))
   for made, value in [(t.zeros_like(), 0), (t.ones_like(), 1), (Tensor.full_like(t, 4), 4)]:

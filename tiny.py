@@ -1038,7 +1038,8 @@ class Tensor:
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
-    return Tensor.arange(n, device=device)._one_hot(m or n).cast(dtype or dtypes.float)  # row i: i's one-hot
+    rows, cols = check_shape((n, n if m is None else m))
+    return Tensor.arange(rows, device=device)._one_hot(cols).cast(dtype or dtypes.float)  # row i: i's one-hot
   # *_like: a tensor of this one's shape, and of its dtype and on its device unless told (kw: device=, requires_grad=)
   def _made_like(self, make:Callable, *args, dtype=None, device=None, **kw) -> Tensor:
     return make(self.shape, *args, dtype=dtype or self.dtype, device=device or self.device, **kw)
