@@ -3896,6 +3896,22 @@ def _random_differentiable_program(seed:int):
     return x
   return shapes, steps, functools.partial(run, 0), functools.partial(run, 1)
 
+def test_a_max_reduce_gets_its_gradient_however_a_compiler_fuses_its_input():
+  """x*-1.5 - y is one fused multiply-add in one kernel and two roundings in another, as a C compiler chooses: the
+  max's gradient compares stored values with their max, or the elements equal to the max could get none of it."""
+  def lse_rows(r):  # logsumexp of each row of a 2-d Ref
+    n = r.shape[1]
+    rows = [r.vals[i:i + n] for i in range(0, len(r.vals), n)]
+    return Ref([max(v) + math.log(math.fsum(math.exp(e - max(v)) for e in v)) for v in rows], (len(rows), 1))
+  def tiny_fn(x, y):
+    return (x.pad(((2, 1), (0, 0))).flip(1) * -1.5 - y).max(0, keepdim=True).pad(((2, 0), (2, 0))).logsumexp(-1, True)
+  def ref_fn(x, y):
+    top = x.pad(((2, 1), (0, 0))).flip((1,)).map(lambda v: v * -1.5).map(operator.sub, y).reduce((0,), max, -math.inf)
+    return lse_rows(top.pad(((2, 0), (2, 0))))
+  rng = random.Random(1164)
+  check_gradient(tiny_fn, ref_fn, (_vals(rng, 16, -1.5, 1.5), (4, 4)), (_vals(rng, 28, -1.5, 1.5), (7, 4)),
+                 rtol=3e-3, atol=3e-4)
+
 GRAD_RUNS = [("CPU", seed) for seed in range(24)] + [("PYTHON", seed) for seed in range(100, 106)]
 
 @pytest.mark.parametrize("device, seed", GRAD_RUNS, ids=[f"{d}-{s}" for d, s in GRAD_RUNS])

@@ -2239,7 +2239,10 @@ def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
     rest = zero.where(1, x)._reduce_axis(Ops.MUL, axes)  # the product of the nonzero elements
     alone = (zero.sum(axes, keepdim=True) == 1).where(rest, 0)
     return g.expand(x.shape) * zero.where(alone.expand(x.shape), y.expand(x.shape) / x)
-  hit = (x == y.expand(x.shape)).cast(g.dtype)
+  # (compared in memory: a C compiler fuses a*b+c where it likes, so x computed again in another kernel than the max's
+  # could differ from what the max saw in the last bit, and the max would get no gradient)
+  x = x.contiguous()
+  hit = (x == x._reduce_axis(Ops.MAX, axes).expand(x.shape)).cast(g.dtype)
   return hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape)
 
 # a move's inverse: (g, the tensor moved, the move's arg) -> g as a gradient of the tensor moved
