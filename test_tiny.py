@@ -3896,6 +3896,23 @@ def _random_differentiable_program(seed:int):
     return x
   return shapes, steps, functools.partial(run, 0), functools.partial(run, 1)
 
+@pytest.mark.parametrize("seed", range(6))
+def test_argmax_and_cummax_point_at_a_max_however_a_compiler_fuses_their_input(seed):
+  """x*c - y, computed in the max's kernel and again where it is compared with the max, can differ in the last bit where
+  a C compiler fuses the multiply-add in one and not the other: no element would match, and the index would be out of
+  range. They compare stored values."""
+  rng = random.Random(seed)
+  r, c = rng.choice([(4, 4), (7, 5), (5, 33)])
+  x = (Tensor(rand_list((r, c), 200 + seed, -1.5, 1.5)).pad(((2, 1), (0, 0))).flip(1) * -1.5
+       - Tensor(rand_list((r + 3, c), 300 + seed, -1.5, 1.5)))
+  xs = x.contiguous().realize().tolist()
+  for axis in (0, 1):
+    rows = [list(col) for col in zip(*xs)] if axis == 0 else xs
+    assert [row[i] for row, i in zip(rows, x.argmax(axis).tolist())] == [max(row) for row in rows]
+    where = x.cummax(axis)[1]
+    running = [[row[i] for i in idx] for row, idx in zip(rows, (where.T if axis == 0 else where).tolist())]
+    assert running == [list(itertools.accumulate(row, max)) for row in rows]
+
 def test_a_max_reduce_gets_its_gradient_however_a_compiler_fuses_its_input():
   """x*-1.5 - y is one fused multiply-add in one kernel and two roundings in another, as a C compiler chooses: the
   max's gradient compares stored values with their max, or the elements equal to the max could get none of it."""

@@ -1474,10 +1474,12 @@ class Tensor:
     return self / norm.maximum(eps)
   def argmax(self, axis=None, keepdim=False) -> Tensor:  # the first of the largest
     if axis is None: return self.flatten().argmax(0)
-    d = self._dim(axis)
+    # stored first, then compared with its max: a C compiler fuses a*b+c where it likes, so x computed again in
+    # another kernel than the max's could differ in the last bit, and match no element of it
+    d, x = self._dim(axis), self.contiguous()
     n = self.shape[d]
     countdown = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *(1,) * (self.ndim - d - 1))
-    return (n - ((self == self.max(d, keepdim=True)) * countdown).max(d, keepdim)).cast(dtypes.int32)
+    return (n - ((x == x.max(d, keepdim=True)) * countdown).max(d, keepdim)).cast(dtypes.int32)
   def argmin(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().argmax(axis, keepdim)
 
   # --- scans and sorting: each output from a row and a square of comparisons, as a matmul is from a row and a column
@@ -1508,8 +1510,9 @@ class Tensor:
   def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
     """The running max, and where it was last met, as torch's."""
     if not self.ndim: return self._scan(Ops.MAX, axis), Tensor(0, dtypes.int32, self.device)
-    values = self._scan(Ops.MAX, axis)
-    (x, back), (v, _) = self._last(axis), values._last(axis)
+    stored = self.contiguous()  # (compared with its running max: see argmax)
+    values = stored._scan(Ops.MAX, axis)
+    (x, back), (v, _) = stored._last(axis), values._last(axis)
     n = x.shape[-1]
     steps = Tensor.arange(n, device=self.device)
     met = (x.unsqueeze(-2) == v.unsqueeze(-1)) & (steps <= steps.unsqueeze(-1))  # [i, j]: x_j is the max up to i
@@ -1946,7 +1949,8 @@ class Tensor:
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     grow = (*[None] * (self.ndim - len(kernel)), *[(b, a + e) for (b, a), e in zip(pads, extra)])
-    windows = self.pad(grow, value=dtypes.min(self.dtype))._pool(kernel, stride, dilation)
+    x = self.contiguous() if return_indices else self  # (compared with their maxes: see argmax)
+    windows = x.pad(grow, value=dtypes.min(self.dtype))._pool(kernel, stride, dilation)
     axes = tuple(range(-len(kernel), 0))
     top = windows.max(axes, keepdim=True)
     if not return_indices: return top.reshape(top.shape[:-len(kernel)])
@@ -2239,9 +2243,7 @@ def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
     rest = zero.where(1, x)._reduce_axis(Ops.MUL, axes)  # the product of the nonzero elements
     alone = (zero.sum(axes, keepdim=True) == 1).where(rest, 0)
     return g.expand(x.shape) * zero.where(alone.expand(x.shape), y.expand(x.shape) / x)
-  # (compared in memory: a C compiler fuses a*b+c where it likes, so x computed again in another kernel than the max's
-  # could differ from what the max saw in the last bit, and the max would get no gradient)
-  x = x.contiguous()
+  x = x.contiguous()  # (stored, then compared with its max: see Tensor.argmax)
   hit = (x == x._reduce_axis(Ops.MAX, axes).expand(x.shape)).cast(g.dtype)
   return hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape)
 
