@@ -788,7 +788,6 @@ class ShapeTracker:
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
-
 class ShapeError(ValueError, RuntimeError):
   """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
   raise, so that handlers written for either catch it."""
