@@ -4272,6 +4272,55 @@ def test_pow_has_its_own_gradient_at_zero_negative_and_infinite_bases(device):
     for (x, p), g, w in zip(pairs, got.tolist(), want):
       assert math.isnan(g) == math.isnan(w) and (math.isnan(w) or math.isclose(g, w, rel_tol=1e-5)), (x, p, g, w)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_pow_is_one_where_c_says_so_though_its_log_is_nan(device):  # C's pow: 1^y, x^0 and (-1)^inf are 1
+  pairs = [(1.0, NAN), (1.0, INF), (1.0, -INF), (-1.0, INF), (-1.0, -INF), (NAN, 0.0), (-1.0, 3.0), (-1.0, 0.5)]
+  got = Tensor([b for b, _ in pairs], device=device).pow(Tensor([e for _, e in pairs], device=device)).tolist()
+  assert got[:-1] == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0] and math.isnan(got[-1])
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_nan_is_the_max_that_index_ops_point_at(device):
+  """A row's max is nan where it holds one, as torch's: argmax, argmin, cummax, max_pool2d's indices, sort and the
+  max's gradient take a nan as above every number (sort puts it last, as torch's), never an index past the row."""
+  x = [[1.0, NAN, 2.0, NAN, 5.0], [3.0, 1.0, 4.0, 1.0, 5.0], [NAN, 0.5, -1.0, 2.0, 0.5]]
+  def key(v): return (1, 0.0) if math.isnan(v) else (0, v)
+  def first(row, best): return next(i for i, v in enumerate(row) if key(v) == best(map(key, row)))
+  t = Tensor(x, device=device)
+  assert t.argmax(1).tolist() == [first(row, max) for row in x]
+  assert t.argmin(1).tolist() == [first(row, max) if any(map(math.isnan, row)) else first(row, min) for row in x]
+  assert t.cummax(1)[1].tolist() == [[max(j for j in range(i + 1) if key(row[j]) == max(map(key, row[:i + 1])))
+                                       for i in range(5)] for row in x]
+  for descending in (False, True):
+    order = [sorted(range(5), key=lambda i: key(row[i]), reverse=descending) for row in x]
+    values, where = t.sort(1, descending=descending)
+    assert where.tolist() == order
+    assert [list(map(key, row)) for row in values.tolist()] == [[key(row[i]) for i in o] for row, o in zip(x, order)]
+  where = t.reshape(1, 1, 3, 5).max_pool2d(2, stride=1, return_indices=True)[1].flatten().tolist()
+  windows = [[(r + a) * 5 + c + b for a in (0, 1) for b in (0, 1)] for r in range(2) for c in range(4)]
+  assert where == [max(w, key=lambda i: (key(sum(x, [])[i]), -i)) for w in windows]  # one nan in a window at most
+  g = Tensor(x, device=device, requires_grad=True)
+  g.max().backward()
+  assert g.grad.tolist() == [[f32(1 / 3) if math.isnan(v) else 0.0 for v in row] for row in x]  # split among nans
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_float64_rounding_keeps_fractions_past_float32s_bits(device):
+  vals = [1e7 + 0.5, -1e7 - 0.5, 2.0 ** 40 + 0.25, -(2.0 ** 51) - 0.5, 2.0 ** 52 - 0.5, 2.0 ** 60, -2.5, 3.5]
+  t = Tensor(vals, dtype=dtypes.float64, device=device)
+  assert t.trunc().tolist() == [float(math.trunc(v)) for v in vals]
+  assert t.floor().tolist() == [float(math.floor(v)) for v in vals]
+  assert t.ceil().tolist() == [float(math.ceil(v)) for v in vals]
+  assert t.round().tolist() == [float(round(v)) for v in vals]  # half to even
+  assert (t % 1).tolist() == [v % 1 for v in vals] and (t // 1).tolist() == [v // 1 for v in vals]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_cat_stack_and_pad_keep_the_sign_of_zero(device):
+  def signs(vals): return [math.copysign(1, v) for v in vals]
+  vals = [-0.0, 0.0, -1.0]
+  a = Tensor(vals, device=device)
+  assert signs(a.cat(a, a).tolist()) == signs(vals * 3)
+  assert signs(Tensor.stack(a, a, dim=1).flatten().tolist()) == signs([v for v in vals for _ in range(2)])
+  assert signs(a.pad((1, 2), value=-0.0).tolist()) == signs([-0.0, *vals, -0.0, -0.0])
+
 def test_float_checks_and_closeness():
   x = Tensor([1.0, math.nan, math.inf, -math.inf, -0.0])
   assert x.isnan().tolist() == [False, True, False, False, False]

@@ -1320,9 +1320,10 @@ class Tensor:
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     return (1 - poly * (-self._float().square()).exp()) * self.sign()
   def sign(self) -> Tensor: return (self != 0).where((self < 0).where(-1, 1), 0) + self * 0  # (+ x*0: nan stays nan)
-  def trunc(self) -> Tensor:  # a float this large is an integer already (and may not fit an int)
+  def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
-    return (self.abs() < 2 ** 23).where(self.cast(dtypes.int32).cast(self.dtype), self)
+    bits, whole = (52, dtypes.int64) if self.dtype == dtypes.double else (23, dtypes.int32)
+    return (self.abs() < 2 ** bits).where(self.cast(whole).cast(self.dtype), self)
   def floor(self) -> Tensor:  # trunc, one lower where that rounded up
     if not dtypes.is_float(self.dtype): return self
     return (t := self.trunc()) - (t > self).cast(self.dtype)
@@ -1362,7 +1363,7 @@ class Tensor:
     return m + ((self - m).exp() + (other - m).exp()).log()
   def pow(self, x) -> Tensor:
     """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
-    the power is odd, nan for a finite negative base to a non-integer power, 1 for 0^0, as C's pow. That value is a
+    the power is odd, nan for a finite negative base to a non-integer power, 1 for x^0, 1^y and (-1)^inf, as C's pow. That value is a
     POW node's, whose gradient is pow's own (torch's), not that of the ops that compute it (nan at a zero base)."""
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
@@ -1376,7 +1377,7 @@ class Tensor:
     mag = (base.abs().log2() * e).exp2()
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
     signed = (base < 0).where(whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan)), mag)
-    value = (e == 0).where(1, signed)
+    value = ((e == 0) | (base == 1) | (base == -1) & e.isinf()).where(1, signed)  # 1, as C's pow, where log2 is nan
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
@@ -1478,8 +1479,9 @@ class Tensor:
     d, x = self._dim(axis), self.contiguous()
     n = self.shape[d]
     countdown = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *(1,) * (self.ndim - d - 1))
-    return (n - ((x == x.max(d, keepdim=True)) * countdown).max(d, keepdim)).cast(dtypes.int32)
+    return (n - (x._at_max(x.max(d, keepdim=True)) * countdown).max(d, keepdim)).cast(dtypes.int32)
   def argmin(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().argmax(axis, keepdim)
+  def _at_max(self, top:Tensor) -> Tensor: return (self == top) | (self != self)  # (a nan is the max of what holds it)
 
   # --- scans and sorting: each output from a row and a square of comparisons, as a matmul is from a row and a column
   def _last(self, axis:int) -> tuple[Tensor, Callable[[Tensor], Tensor]]:  # axis moved last, and a way back
@@ -1514,7 +1516,7 @@ class Tensor:
     (x, back), (v, _) = stored._last(axis), values._last(axis)
     n = x.shape[-1]
     steps = Tensor.arange(n, device=self.device)
-    met = (x.unsqueeze(-2) == v.unsqueeze(-1)) & (steps <= steps.unsqueeze(-1))  # [i, j]: x_j is the max up to i
+    met = x.unsqueeze(-2)._at_max(v.unsqueeze(-1)) & (steps <= steps.unsqueeze(-1))  # [i, j]: x_j is the max up to i
     return values, back(met.where(steps, -1).max(-1).cast(dtypes.int32))
   def cummin(self, axis=0) -> tuple[Tensor, Tensor]:
     values, where = self._reverse_order().cummax(axis)
@@ -1531,7 +1533,9 @@ class Tensor:
     if not self.ndim: return self, Tensor(0, dtypes.int32, self.device)
     x, back = self._last(dim)
     a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
-    place = ((b > a if descending else b < a) | (b == a) & (steps < steps.unsqueeze(-1))).sum(-1)
+    def below(p, q): return (p < q) | (p == p) & (q != q)  # a nan above every number, as torch sorts
+    same = (b == a) | (a != a) & (b != b)
+    place = ((below(a, b) if descending else below(b, a)) | same & (steps < steps.unsqueeze(-1))).sum(-1)
     at = place._one_hot(x.shape[-1])  # [i, p]: element i goes to place p
     return (back(at.where(a, 0).sum(-2).cast(self.dtype)),
             back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
@@ -1588,7 +1592,8 @@ class Tensor:
     if mode == "circular": return cropped(self)._pad_edges(grow, mode)  # it wraps what the crop leaves, as torch's
     if mode in EDGE_PADS: return cropped(self._pad_edges(grow, mode))
     x = self._view(("pad", grow))
-    if value != 0: x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
+    if value != 0 or math.copysign(1, value) < 0:  # (a view pads with 0.0: -0.0 too is a value of its own)
+      x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
     return cropped(x)
   def _pad_edges(self, grow, mode:str) -> Tensor:
     """One dim at a time: cat what goes before, the tensor, and what goes after, each a view of the tensor."""
@@ -1780,9 +1785,10 @@ class Tensor:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
         raise ShapeError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
     dtype, total, out, at = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts), None, 0
-    for t in ts:
+    for t in ts:  # each part where it goes, the rest kept (not added to a padded 0: -0.0 + 0.0 would lose its sign)
+      inside = Tensor.ones(*t.shape, dtype=dtypes.bool, device=t.device)._pad_along(d, at, total - at - t.shape[d])
       part = t.cast(dtype)._pad_along(d, at, total - at - t.shape[d])
-      out, at = part if out is None else (out | part if dtype == dtypes.bool else out + part), at + t.shape[d]
+      out, at = part if out is None else inside.where(part, out), at + t.shape[d]
     return out
   @staticmethod
   def stack(*ts, dim=0) -> Tensor:
@@ -1956,7 +1962,7 @@ class Tensor:
     size = prod(self.shape[-len(kernel):])  # each input place's flat number, counted down: the max's first is largest
     countdown = (Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(kernel):])
                  .pad(grow[-len(kernel):]))
-    where = size - ((windows == top) * countdown._pool(kernel, stride, dilation)).max(axes)
+    where = size - (windows._at_max(top) * countdown._pool(kernel, stride, dilation)).max(axes)
     return top.reshape(top.shape[:-len(kernel)]), where.cast(dtypes.int32)
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
@@ -2243,7 +2249,7 @@ def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
     alone = (zero.sum(axes, keepdim=True) == 1).where(rest, 0)
     return g.expand(x.shape) * zero.where(alone.expand(x.shape), y.expand(x.shape) / x)
   x = x.contiguous()  # (stored, then compared with its max: see Tensor.argmax)
-  hit = (x == x._reduce_axis(Ops.MAX, axes).expand(x.shape)).cast(g.dtype)
+  hit = x._at_max(x._reduce_axis(Ops.MAX, axes).expand(x.shape)).cast(g.dtype)
   return hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape)
 
 # a move's inverse: (g, the tensor moved, the move's arg) -> g as a gradient of the tensor moved
