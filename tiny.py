@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 def getenv(key:str, default:int=0, least:int=0) -> int:
   """A whole-number setting from the environment, read where it is used: a bad value fails there, naming itself."""
-  return setting(key, value, least) if (value := os.environ.get(key)) else default
+  value = os.environ.get(key)
+  return setting(key, value, least) if value else default
 @functools.lru_cache(maxsize=256)  # each read is parsed once
 def setting(key:str, value:str, least:int) -> int:
   try: n = int(value)
@@ -221,7 +222,7 @@ class Param(NamedTuple):  # a PARAM's arg: one buffer of a kernel
   def name(self) -> str: return f"data{self.slot}"
 
 class Reduction(NamedTuple):  # a REDUCE_AXIS's arg
-  op: Ops  # ADD or MAX
+  op: Ops  # ADD, MUL or MAX
   axes: tuple[int, ...]
 
 class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (the CPU) a row on the stack
@@ -269,7 +270,7 @@ class MathMixin:
   def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
   def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
 
-def _key(arg): return (float, repr(arg)) if type(arg) is float else arg  # keeps -0.0, 0.0 and nan apart
+def arg_key(arg): return (float, repr(arg)) if type(arg) is float else arg  # keeps -0.0, 0.0 and nan apart
 
 class UOpMeta(type):
   """Hash-consing: a plain dict from (op, dtype, src, arg) to a weak reference to the one node built for it. A node
@@ -278,7 +279,7 @@ class UOpMeta(type):
   nodes: dict[tuple, NodeRef] = {}
   lock = threading.RLock()  # for replacing or dropping a dead entry: two threads building one node get one object
   def __call__(cls, op:Ops, dtype:DType|None=None, src:tuple=(), arg:Any=None):
-    key = (op, dtype, src, arg if type(arg) is not float else _key(arg))
+    key = (op, dtype, src, arg_key(arg))
     if (ref := UOpMeta.nodes.get(key)) is not None and (u := ref()) is not None: return u
     u = cls.__new__(cls)  # (UOp has no __init__: a node is its four fields)
     u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
@@ -335,7 +336,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
     base, st = self._tracked() if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER else \
       (self, ShapeTracker.contiguous(self.shape))
-    return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, ("detach", None)))
+    return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
   def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
     return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
   def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
@@ -387,7 +388,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def _buffers(self) -> frozenset[UOp]:
     if self.op is Ops.BUFFER: return frozenset((self,))
     return self.src[0].buffers if len(self.src) == 1 else frozenset().union(*[s.buffers for s in self.src])
-  def terms(self) -> list[UOp]: return [t for s in self.src for t in s.terms()] if self.op is Ops.ADD else [self]
+  def terms(self, op:Ops=Ops.ADD) -> list[UOp]:  # a sum's terms (or an AND's conditions)
+    return [t for s in self.src for t in s.terms(op)] if self.op is op else [self]
 
   # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate])
   @property
@@ -517,25 +519,27 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher) -> UOp:
   """Rewrite sources first, then the node; a node a rule returns is itself rewritten, so all reach a fixed point. A node
   at a fixed point stays one: a later rewrite by the same rules skips it, sources and all, so each is rewritten once."""
   done: dict[UOp, UOp] = {}
-  stack: list[tuple[UOp, int, UOp|None]] = [(sink, 0, None)]
+  stack: list[tuple[UOp, str, UOp|None]] = [(sink, "visit", None)]  # (node, step, what a rule made of it)
   rewrites = 0
   while stack:
-    u, stage, new = stack.pop()
+    u, step, new = stack.pop()
     if u in done: continue
-    if stage == 0 and u in pm.fixed: done[u] = u
-    elif stage == 0:
-      stack.append((u, 1, None))
-      stack.extend((s, 0, None) for s in reversed(u.src) if s not in done)
-    elif stage == 1:
+    if step == "visit" and u in pm.fixed: done[u] = u
+    elif step == "visit":  # its sources first
+      stack.append((u, "rewrite", None))
+      stack.extend((s, "visit", None) for s in reversed(u.src) if s not in done)
+    elif step == "rewrite":
       src = tuple(done[s] for s in u.src)
       node = u if src == u.src else u.replace(src=src)
-      if (fired := pm.fire(node)) is None: done[u] = node; pm.fixed.add(node)
+      if (fired := pm.fire(node)) is None:
+        done[u] = node
+        pm.fixed.add(node)
       else:
-        stack += [(u, 2, fired[1]), (fired[1], 0, None)]
+        stack += [(u, "become", fired[1]), (fired[1], "visit", None)]
         rewrites += 1  # rules that undo each other would loop forever: far more rewrites than nodes is such a loop
         if rewrites > 10000 + 64 * len(done): raise RuntimeError(f"rewrite rules don't reach a fixed point: {fired[0]} "
                                                                  f"keeps rewriting {node.op.name}")
-    else: done[u] = done[new]
+    else: done[u] = done[new]  # "become": what its rewrite became, rewritten in turn
   return done[sink]
 
 def rebuild(sink:UOp, fn:Callable[[UOp, UOp], UOp]) -> UOp:
@@ -744,6 +748,10 @@ class View:
                 self.offset + sum((s-1)*st for i, (s, st) in enumerate(zip(self.shape, self.strides)) if i in axes),
                 mask)
 
+class Move(NamedTuple):  # a movement op: a View method's name, and its arg
+  name: str
+  arg: Any
+
 @dataclass(frozen=True)
 class ShapeTracker:
   """Views, and how a tensor's view was made: its last movement op and the tracker that op was applied to (None where
@@ -753,7 +761,7 @@ class ShapeTracker:
   alternative, movement ops as nodes of their own until scheduling, builds a node per move and folds them again on
   every realize; here a chain of moves stays one VIEW node."""
   views: tuple[View, ...]
-  move: tuple[str, Any]|None = None
+  move: Move|None = None
   before: ShapeTracker|None = None
   def __hash__(self): return self._hash
   def __repr__(self): return f"ShapeTracker({self.views!r})"  # what it maps: a key of the kernels that read it
@@ -782,7 +790,7 @@ class ShapeTracker:
     """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
     if (view := getattr(self.views[-1], fn)(arg)) is not None: views = self.views[:-1] + (view,)
     else: views = self.views + (View.contiguous(arg),)
-    return ShapeTracker(views, (fn, arg), self)
+    return ShapeTracker(views, Move(fn, arg), self)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
@@ -889,12 +897,12 @@ def composite(fn:Callable) -> Callable:
   templates = Bounded()
   @functools.wraps(fn)
   def built(*args, **kwargs) -> Tensor:
-    key = tuple((Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), _key(a))
+    key = tuple((Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
                 for a in (*args, *kwargs.values())) + tuple(kwargs)
     try:
       if key not in templates: templates[key] = _template(fn, args, kwargs)
       template = templates[key]
-    except TypeError: template = None  # (or the method's own error, which the call below raises again)
+    except TypeError: template = None  # an argument no key holds (a list), or the method's own error: raised below
     if template is None: return fn(*args, **kwargs)
     leaves, out, device = template
     inputs = [a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
@@ -923,7 +931,7 @@ def _rebuilt(u:UOp, inputs:dict[UOp, UOp], memo:dict[UOp, UOp]) -> UOp:
     memo[u] = done
   return done
 
-def _moves(st:ShapeTracker) -> list[tuple[str, Any]]:  # the moves that made st, first first
+def _moves(st:ShapeTracker) -> list[Move]:  # the moves that made st, first first
   return [] if st.before is None else [*_moves(st.before), st.move]
 
 def creates(fn:Callable) -> staticmethod:
@@ -1218,7 +1226,9 @@ class Tensor:
     """Floor division and its remainder, as Python's and numpy's: the remainder takes the divisor's sign. For ints,
     both are 0 where the divisor is (C's truncating / and % underneath, with python_alu's results at the edges)."""
     a, b = self._broadcast(x)
-    if dtypes.is_float(a.dtype): return (q := (a / b).floor()), a - b * q
+    if dtypes.is_float(a.dtype):
+      q = (a / b).floor()
+      return q, a - b * q
     q, r = a._like(a.uop.alu(Ops.IDIV, b.uop)), a._like(a.uop.alu(Ops.MOD, b.uop))
     up = (r != 0) & ((r < 0) != (b < 0))  # truncating rounded a negative quotient up: floor is one lower
     return up.where(q - 1, q), up.where(r + b, r)
@@ -1226,7 +1236,8 @@ class Tensor:
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
   def reciprocal(self) -> Tensor:  # (not _unary: a double's stays a double, and C's 1/x is exact for every float)
-    return (x := self._float())._like(x.uop.alu(Ops.RECIP))
+    x = self._float()
+    return x._like(x.uop.alu(Ops.RECIP))
   __add__, __sub__, __mul__, __truediv__, __neg__ = add, sub, mul, div, neg
   def __floordiv__(self, x): return self.divmod(x)[0]
   def __mod__(self, x): return self.divmod(x)[1]
@@ -1367,7 +1378,7 @@ class Tensor:
     POW node's, whose gradient is pow's own (torch's), not that of the ops that compute it (nan at a zero base)."""
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
-      for bit in bin(x)[:1:-1]:
+      for bit in reversed(bin(x)[2:]):  # the lowest first
         if bit == "1": out = out * base
         base = base * base
       return out
@@ -1377,7 +1388,8 @@ class Tensor:
     mag = (base.abs().log2() * e).exp2()
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
     signed = (base < 0).where(whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan)), mag)
-    value = ((e == 0) | (base == 1) | (base == -1) & e.isinf()).where(1, signed)  # 1, as C's pow, where log2 is nan
+    one = (e == 0) | (base == 1) | (base == -1) & e.isinf()  # as C's pow, where the log's product is nan
+    value = one.where(1, signed)
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
@@ -2235,7 +2247,7 @@ derivatives: dict[Ops, Callable] = {
                                       g * ((b == 0) & (e >= 0)).where(0, y * b.log()),  # d/de = b^e ln b, as torch's
                                       None),
   Ops.REDUCE_AXIS: lambda g, y, x: (_reduced(g, y, x),),
-  Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move[0]](g, x, y.uop.arg.move[1]),),
+  Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move.name](g, x, y.uop.arg.move.arg),),
 }
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
@@ -2599,7 +2611,7 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
     if u in row: continue
     if ready:  # (a view's arg without the moves that made it)
       arg = u.arg.bare if u.op is Ops.VIEW else u.arg
-      rows.append(Node(u.op, u.dtype, _key(arg), tuple(map(row.__getitem__, u.src))))
+      rows.append(Node(u.op, u.dtype, arg_key(arg), tuple(map(row.__getitem__, u.src))))
     elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
       b = view.src[0].arg
       rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
@@ -2625,9 +2637,9 @@ class Plan:
     made = [Buffer(device, size, dtype) for size, dtype in self.made]
     if capturing.now is not None: capturing.now.made.update(made)
     bufs = buffers + made
-    if (launches := self.programs.get(settings := (getenv("NOOPT"), getenv("BEAM")))) is None:
-      launches = self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
-    launch(loaded(launches, device), bufs)
+    settings = (getenv("NOOPT"), getenv("BEAM"))
+    if settings not in self.programs: self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
+    launch(loaded(self.programs[settings], device), bufs)
     return bufs
 
 plans: Bounded = Bounded()  # structure -> its plan
@@ -2685,10 +2697,11 @@ def bind(items:list[Kernel], buffers:list[Buffer], nodes:list[UOp], device:str) 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
 # Inside a TinyJit's capture, only what the capture itself computed counts as computed: a value computed before, from
-# other inputs, is computed again, so that the replay computes it from its own.
+# other inputs, is computed again, so that the replay computes it from its own. An assign done before is its buffer:
+# done again, it would write twice.
 def realized_view(u:UOp) -> UOp|None:
-  if (ref := u.__dict__.get("realized")) is None or capturing.now is not None and u not in capturing.now.computed:
-    return None
+  if (ref := u.__dict__.get("realized")) is None: return None
+  if capturing.now is not None and u not in capturing.now.computed and u.op is not Ops.ASSIGN: return None
   return ref()
 def remember(u:UOp, view:UOp) -> UOp:
   u.__dict__["realized"] = weakref.ref(view)
@@ -2717,7 +2730,7 @@ def split_reduce(r:UOp, device:str) -> UOp:
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
   cores = 1 if target.gpu else target.cores
-  unit, parts = next((s for s in splits if s[1] % cores == 0), splits[0] if splits else (4 * w, most))
+  unit, parts = next(((u, p) for u, p in splits if p % cores == 0), splits[0] if splits else (4 * w, most))
   x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
   partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
                 Reduction(op, (len(kept) + 1,)))
@@ -2802,7 +2815,7 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
                            (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in free else 0) +
                            sum(s.cost for s in srcs),
                            frozenset().union(*[s.rows for s in srcs]))
-      if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _axes(k) != _axes(u)}
+      if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
       if u in realize or u.op is Ops.SINK: continue
       readers = _readers(u, consumers, stored)
       if f.pending and (all(_own_rows(c, f.pending) for c in consumers[u]) or  # computed once a row, or where small,
@@ -2822,7 +2835,9 @@ def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str]) -> li
   that one alone, as one kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0))."""
   def reaches(c:UOp, join:UOp) -> bool:
     for _ in range(8):  # (a few ops: a diamond)
-      if c in stored or len(consumers[c]) != 1 or (c := consumers[c][0]).op not in GroupOp.Elementwise: break
+      if c in stored or len(consumers[c]) != 1: break
+      c = consumers[c][0]
+      if c.op not in GroupOp.Elementwise: break
       if c is join: return True
     return False
   cs = consumers[u]
@@ -2832,13 +2847,20 @@ def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str]) -> li
   return cs
 
 def _reads_moved(a:UOp) -> bool:
-  """Whether an ASSIGN's value reads its buffer other than element by element, where it writes: through another view,
-  or in a reduce. Computed in one kernel with the writes, it could read an element already written."""
+  """Whether an ASSIGN's value reads its buffer other than element by element, where it writes: through another view
+  of it, or under a move or a reduce of what reads it. Computed in one kernel with the writes, it could read an
+  element already written."""
   target, value = a.src
-  return any(u.op is Ops.VIEW and u.src[0] is target.src[0] and u is not target or
-             u.op is Ops.REDUCE_AXIS and target in u.toposort for u in value.toposort)
+  stack, seen = [(value, True)], set()  # (node, whether each of its elements is read where it is written)
+  while stack:
+    u, aligned = stack.pop()
+    if (u, aligned) in seen: continue
+    seen.add((u, aligned))
+    if u is target and not aligned or u is not target and u.op is Ops.VIEW and u.src[0] is target.src[0]: return True
+    stack.extend((s, aligned and _in_place(u)) for s in u.src)
+  return False
 
-def _axes(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
+def _reduce_space(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
   return r.src[0].shape, tuple(sorted(r.arg.axes))
 
 def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs' pending
@@ -2864,12 +2886,15 @@ def kernel_inputs(sink:UOp, realize:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]
   for r in (u for u in sink.toposort if u in realize):
     reads[r], stack, seen = {}, [(s, _in_place(r)) for s in r.src], set()
     while stack:
-      u, aligned = item = stack.pop()
-      if item in seen: continue
-      seen.add(item)
+      u, aligned = stack.pop()
+      if (u, aligned) in seen: continue
+      seen.add((u, aligned))
       if u in realize or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
       else: stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return reads
+
+def _held_in(u:UOp) -> UOp:  # the BUFFER a read node is in: an assign's is its target's
+  return u.src[0].src[0] if u.op is Ops.ASSIGN else u
 
 def _in_place(u:UOp) -> bool:  # u reads each source where it is: not a reduce, nor a view that moves (a whole buffer's)
   return u.op is not Ops.REDUCE_AXIS and (u.op is not Ops.VIEW or _whole_buffer(u))
@@ -2886,15 +2911,18 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
     ready = max(where, default=-1)
     def fits(i:int) -> bool:  # one iteration space, no reduce: what it reads of its outputs (or of an assign's buffer)
       g = groups[i] + [r]     # read only where it is written; and no kernel between the group and r reads the group
-      written = {o.src[0].src[0] for o in g if o.op is Ops.ASSIGN}
-      return not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g) and \
-             all(aligned for o in g for d, aligned in reads[o].items() if d in g or d in written) and \
+      assigned = [o.src[0].src[0] for o in g if o.op is Ops.ASSIGN]
+      written = set(assigned)  # each once: a second write isn't kept after the loads of the first's value
+      return len(written) == len(assigned) and \
+             not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g) and \
+             all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written) and \
              not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)
-    if has_reduce[r] or r.op is Ops.CONTIGUOUS or \
-       (i := next(filter(fits, where + list(range(len(groups)))), None)) is None:
-      groups.append([r])
-    else:
-      groups.insert(j := max(i, ready), groups.pop(i))
+    alone = has_reduce[r] or r.op is Ops.CONTIGUOUS
+    i = None if alone else next(filter(fits, where + list(range(len(groups)))), None)
+    if i is None: groups.append([r])
+    else:  # joined, and moved after all it reads
+      j = max(i, ready)
+      groups.insert(j, groups.pop(i))
       groups[j].append(r)
   return groups
 
@@ -3081,11 +3109,11 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   """A sum over ranges r of (r == e ? x : 0), where e doesn't vary with them, is x at r = e, where 0 <= e < r's size:
   one load of x, not a pass over all of it. An index picks elements so (x[idx], gather, nn.Embedding: see _pick)."""
   if op is not Ops.ADD or v.op is not Ops.WHERE or v.src[2].op is not Ops.CONST or v.src[2].arg != 0: return None
-  terms, at, rest = [v.src[0]], {}, []
-  while any(t.op is Ops.AND for t in terms): terms = [s for t in terms for s in (t.src if t.op is Ops.AND else (t,))]
-  for t in terms:
+  at, rest = {}, []
+  for t in v.src[0].terms(Ops.AND):
     for a, e in (t.src, t.src[::-1]) if t.op is Ops.CMPEQ else ():
-      r = a.src[0] if (a := simplify(a)).op is Ops.CAST else a  # (an arange is r * 1 + 0 until simplified)
+      a = simplify(a)  # (an arange is r * 1 + 0 until simplified)
+      r = a.src[0] if a.op is Ops.CAST else a
       if r in reduced and r not in at and not any(q in reduced for q in e.toposort):
         at[r] = e.cast(dtypes.index)
         break
@@ -3318,7 +3346,8 @@ def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies
 
 @dataclass(frozen=True)
 class Opt:
-  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP, THREAD, or WARP (the reduce of a matmul on tensor cores)
+  kind: AxisType  # UPCAST, UNROLL, LOCAL, GROUP, THREAD, WARP (the reduce of a matmul on tensor cores), or GLOBAL
+                  # (tile_order: a whole range looped again inside the others)
   axis: UOp       # the RANGE to split
   amount: int
   core: TensorCore|None = None  # a WARP opt's
@@ -3352,13 +3381,13 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   # the last lanes of an upcast (one vector: see heuristic) run past the end: buffers are allocated in whole vectors of
   # the widest width, so an access at an aligned base + lane stays inside its allocation and needs no gate
   spare = (lambda u: _aligned(u.addr, inner, opt.amount)) if opt.kind is AxisType.UPCAST else lambda u: False
-  return simplify(gate(sink, expr < n, {outer, inner}, spare))
+  return simplify(guard(sink, expr < n, {outer, inner}, spare))
 
 def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms without it, each a multiple of width
   terms = addr.terms()
   return lane in terms and all(t.const_factor() % width == 0 and lane not in t.toposort for t in terms if t is not lane)
 
-def gate(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
+def guard(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
   def add(_, u:UOp) -> UOp:
     if u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM and any(r in rs for r in u.addr.toposort) \
@@ -4001,7 +4030,9 @@ class Renderer:
   def lines(self, uops:list[UOp]) -> list[str]:
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
-      for s in u.src: uses[s] += 2 if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) else 1  # no inlining into ?:
+      for s in u.src: uses[s] += 1
+    # ?: repeats or skips an operand: what it takes is named, never inlined
+    named = {s for u in uops if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) for s in u.src}
     names, counts, lines, depth, inlined = Names(self), defaultdict(itertools.count), [], 1, {}
     def fresh(prefix:str) -> str: return f"{prefix}{next(counts[prefix])}"
     for u in uops:
@@ -4014,10 +4045,11 @@ class Renderer:
         raise NotImplementedError(f"the {self.name} renderer has no rule for {u.op.name} of {u.dtype}")
       if u.op is Ops.END: depth -= 1
       nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
-      if u.op in _statements: lines += ["  " * depth + text] if text else []  # (the CPU's barrier: one thread)
+      if u.op in _statements:
+        if text: lines.append("  " * depth + text)  # (the CPU's barrier is "": one thread needs none)
       elif u.op is Ops.CONST: names[u] = text
-      elif uses[u] == 1 and u.op is not Ops.LOAD and nest <= 16:  # inline, but shallow: compilers parse long chains
-        names[u], inlined[u] = text, nest                          # by recursion, and people read short lines
+      elif uses[u] == 1 and u not in named and u.op is not Ops.LOAD and nest <= 16:
+        names[u], inlined[u] = text, nest  # inlined, but shallow (compilers parse chains by recursion; people read)
       else:
         names[u] = fresh(_prefixes.get(u.op, "alu"))
         lines.append("  " * depth + f"{self.types[u.dtype]} {names[u]} = {text};")
@@ -4758,7 +4790,7 @@ def signature(x, given:list[Buffer]):
     return (Tensor, x.uop.shape, x.uop.dtype, x.device, given.index(b))
   if isinstance(x, dict): return (dict, *[(k, signature(v, given)) for k, v in x.items()])
   if isinstance(x, (list, tuple)): return (type(x), *[signature(item, given) for item in x])
-  return (type(x), _key(x))  # True, 1 and 1.0 (and 0.0, -0.0) make different constants; nan finds itself
+  return (type(x), arg_key(x))  # True, 1 and 1.0 (and 0.0, -0.0) make different constants; nan finds itself
 
 def mapped(x, fn:Callable, leaf:type=Tensor):
   """x with each leaf in it (x itself, or in lists, tuples and dict values, nested) as fn makes it: a TinyJit
