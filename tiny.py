@@ -1374,8 +1374,9 @@ class Tensor:
     return m + ((self - m).exp() + (other - m).exp()).log()
   def pow(self, x) -> Tensor:
     """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
-    the power is odd, nan for a finite negative base to a non-integer power, 1 for x^0, 1^y and (-1)^inf, as C's pow. That value is a
-    POW node's, whose gradient is pow's own (torch's), not that of the ops that compute it (nan at a zero base)."""
+    the power is odd, nan for a finite negative base to a non-integer power, 1 for x^0, 1^y and (-1)^inf, as C's pow.
+    That value is a POW node's, whose gradient is pow's own (torch's), not that of the ops that compute it (nan at a
+    zero base)."""
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
       for bit in reversed(bin(x)[2:]):  # the lowest first
