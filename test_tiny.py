@@ -2025,7 +2025,7 @@ def test_tensor_cores_take_a_batch_of_matmuls():
 def test_metal_simdgroup_tiles_multiply_on_the_emulator(dtype, monkeypatch):
   """Metal's lowering, run by the emulator with the simdgroup layout, and its source with the instruction."""
   _, runtime = tiny._Device.kinds["PYTHON"]
-  monkeypatch.setitem(tiny._Device.kinds, "PYTHON", (tiny.METAL, runtime))
+  monkeypatch.setitem(tiny._Device.kinds, "PYTHON", tiny.DeviceKind(tiny.METAL, runtime))
   monkeypatch.setattr(tiny, "program_cache", {})
   monkeypatch.setattr(tiny, "plans", tiny.Bounded())
   x, w = narrow_matrix((24, 40), 75, dtype), narrow_matrix((40, 16), 76, dtype)
@@ -2047,7 +2047,8 @@ def test_a_transposed_fragment_gives_a_wrong_product_on_the_emulator(monkeypatch
   x, w = narrow_matrix((16, 16), 73, dtypes.half), narrow_matrix((16, 8), 74, dtypes.half)
   def product(core):
     renderer, runtime = tiny._Device.kinds["PYTHON"]
-    monkeypatch.setitem(tiny._Device.kinds, "PYTHON", (dataclasses.replace(renderer, tensor_cores=(core,)), runtime))
+    kind = tiny.DeviceKind(dataclasses.replace(renderer, tensor_cores=(core,)), runtime)
+    monkeypatch.setitem(tiny._Device.kinds, "PYTHON", kind)
     monkeypatch.setattr(tiny, "program_cache", {})  # (lowered again: neither a program nor a plan is reused)
     monkeypatch.setattr(tiny, "plans", tiny.Bounded())
     out = Tensor(x, dtype=dtypes.half, device="PYTHON") @ Tensor(w, dtype=dtypes.half, device="PYTHON")
@@ -3087,7 +3088,7 @@ def test_two_threads_opening_one_device_open_it_once(monkeypatch):
     time.sleep(0.05)  # the second thread arrives while the first is still opening
     return tiny.Emulator()
   devices = tiny._Device()
-  monkeypatch.setitem(devices.kinds, "PYTHON", (tiny.CUDA, slow_runtime))
+  monkeypatch.setitem(devices.kinds, "PYTHON", tiny.DeviceKind(tiny.CUDA, slow_runtime))
   def get(_):
     start.wait()
     return devices["PYTHON"]

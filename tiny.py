@@ -1667,26 +1667,28 @@ class Tensor:
     idx[at:at+1] = [slice(None)] * (self.ndim - used)
     x, dim, squeeze, picks = self, 0, [], []
     for i in idx:
-      if i is None: x = x.unsqueeze(dim); dim += 1; continue
-      n = x.shape[dim]
-      if mask(i):  # the dims it covers, picked where it is True
-        if i.shape != x.shape[dim:dim + i.ndim]:
-          raise IndexError(f"a bool index of shape {i.shape} for dims of {x.shape[dim:dim + i.ndim]}")
+      width = i.ndim if mask(i) else 1  # the dims it covers
+      if i is None: x = x.unsqueeze(dim)
+      elif mask(i):  # picked where it is True
+        if i.shape != x.shape[dim:dim + width]:
+          raise IndexError(f"a bool index of shape {i.shape} for dims of {x.shape[dim:dim + width]}")
         places = i.nonzero()
-        picks += [(dim + k, places[:, k]) for k in range(i.ndim)]
-        dim += i.ndim; continue
-      if isinstance(i, Tensor): picks.append((dim, i)); dim += 1; continue
-      if isinstance(i, bool) or not isinstance(i, (int, slice)): raise TypeError(f"can't index a tensor with {i!r}")
-      if isinstance(i, int):
-        if not -n <= i < n: raise IndexError(f"index {i} is out of bounds for dim {dim} of size {n}")
-        i = slice(i % n, i % n + 1); squeeze.append(dim)
-      start, stop, step = i.indices(n)
-      count = len(range(start, stop, step))
-      if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
-      window = (start, start + (count - 1) * step + 1) if count else (0, 0)
-      x = x._along(dim, *window)
-      if step > 1: x = x._stride(dim, step)
-      dim += 1
+        picks += [(dim + k, places[:, k]) for k in range(width)]
+      elif isinstance(i, Tensor): picks.append((dim, i))
+      elif isinstance(i, bool) or not isinstance(i, (int, slice)): raise TypeError(f"can't index a tensor with {i!r}")
+      else:
+        n = x.shape[dim]
+        if isinstance(i, int):
+          if not -n <= i < n: raise IndexError(f"index {i} is out of bounds for dim {dim} of size {n}")
+          i = slice(i % n, i % n + 1)
+          squeeze.append(dim)
+        start, stop, step = i.indices(n)
+        count = len(range(start, stop, step))
+        if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
+        window = (start, start + (count - 1) * step + 1) if count else (0, 0)
+        x = x._along(dim, *window)
+        if step > 1: x = x._stride(dim, step)
+      dim += width
     if squeeze: x = x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze))
     if not picks: return x
     return x._pick([d - sum(1 for q in squeeze if q < d) for d, _ in picks], [i for _, i in picks])
@@ -1725,10 +1727,14 @@ class Tensor:
     idx = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
     if not all(i is Ellipsis or isinstance(i, int) and not isinstance(i, bool)
                or isinstance(i, slice) and i.step in (None, 1) for i in idx): return None
+    dims = [i for i in idx if i is not Ellipsis]
     at = next((k for k, i in enumerate(idx) if i is Ellipsis), len(idx))
-    idx[at:at+1] = [slice(None)] * (self.ndim - len(idx) + (at < len(idx)))
-    return [(i % n, i % n + 1) if isinstance(i, int) else (i.indices(n)[0], max(i.indices(n)[:2]))
-            for i, n in zip(idx, self.shape)]
+    idx[at:at+1] = [slice(None)] * (self.ndim - len(dims))  # (the dims ... stands for, or those after the last)
+    def span(i, n:int) -> tuple[int, int]:  # an int's place, or a slice's start and end (an empty one's, its start)
+      if isinstance(i, int): return i % n, i % n + 1
+      start, stop, _ = i.indices(n)
+      return start, max(start, stop)
+    return [span(i, n) for i, n in zip(idx, self.shape)]
   def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
     if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
@@ -2033,9 +2039,10 @@ class Tensor:
     lhs, arrow, out = formula.replace(" ", "").partition("->")
     names = lhs.split(",")
     if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
-    most = max(t.ndim - len(n) + 3 for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
+    def covered(t, n): return t.ndim - len(n.replace("...", ""))  # the dims ... stands for in t
+    most = max(covered(t, n) for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
     ellipsis = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula][:most])  # for the dims of "..."
-    names = [n.replace("...", ellipsis[most - (t.ndim - len(n) + 3):]) for t, n in zip(ts, names)]
+    names = [n.replace("...", ellipsis[most - covered(t, n):]) for t, n in zip(ts, names)]
     if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names))
                                                   if "".join(names).count(c) == 1 and c not in ellipsis))
     out = out.replace("...", ellipsis)
@@ -2559,7 +2566,7 @@ class Kernel:
   """One kernel of a plan, over slots."""
   ast: UOp          # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list[UOp]   # outputs first, then inputs, in PARAM order: Slot BUFFERs
-  stores: dict      # what it computes (a node, then in the plan its row) -> the view of the slot that holds it
+  stores: dict      # the row of each node it computes -> the view of the slot that holds it
   why: str          # why its outputs are stored (kernel_outputs' words), for DEBUG=2
   @property
   def empty(self) -> bool: return all(st.buf.arg.size == 0 for st in self.ast.src)  # its outputs hold nothing
@@ -2628,7 +2635,7 @@ class Plan:
   """The kernels of every graph of one structure (its ops, shapes, dtypes, constants, and which of its buffers are the
   same), over slots: the graph's own buffers, then one for each node a run stores. A constant is part of the
   structure: a new value is a new kernel, compiled once."""
-  items: list[Kernel]           # what each stores, by row
+  items: list[Kernel]           # the kernels, in the order they run
   made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
   writes: dict[int, UOp]         # each assign's row -> its target: done once, so noted done as the roots are
@@ -2668,9 +2675,8 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first + i, prod(u.shape))),),
                   ShapeTracker.contiguous(u.shape)) for i, u in enumerate(made)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
-  items = [_kernel(g, views, realize) for g in group_outputs(reads, has_reduce)]
   rows = {became[u]: i for i, u in enumerate(graph)}
-  for item in items: item.stores = {rows[u]: view for u, view in item.stores.items() if u in rows}
+  items = [_kernel(g, views, realize, rows) for g in group_outputs(reads, has_reduce)]
   held = {r: view for item in items for r, view in item.stores.items()}
   return Plan(items, [(prod(u.shape), u.dtype) for u in made], [held.get(r) for r in key.roots],
               {r: view for r, view in held.items() if graph[r].op is Ops.ASSIGN})
@@ -2927,12 +2933,13 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       groups[j].append(r)
   return groups
 
-def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str]) -> Kernel:
-  """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs."""
+def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str], rows:dict[UOp, int]) -> Kernel:
+  """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs. What
+  it stores is named by its row (none for a node the plan made: a split's partial results, a packed b)."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
-  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {o: views[o] for o in outs},
+  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {rows[o]: views[o] for o in outs if o in rows},
                 ",".join(dict.fromkeys(why[o] for o in outs)))
 
 @dataclass
@@ -4068,8 +4075,9 @@ def _fmt_const(ctx:Names, v, d:DType) -> str:
   if d == dtypes.bool: return "1" if v else "0"
   if d == dtypes.bfloat16: return ctx.to_bfloat16.format(x=_fmt_const(ctx, v, dtypes.float))
   if dtypes.is_float(d):
-    text = "NAN" if math.isnan(v) else f"{'-' * (v < 0)}INFINITY" if math.isinf(v) else \
-      f"{float(v)!r}{'f' * (d != dtypes.double)}"
+    if math.isnan(v): text = "NAN"
+    elif math.isinf(v): text = "INFINITY" if v > 0 else "-INFINITY"
+    else: text = repr(float(v)) + ("" if d == dtypes.double else "f")
     if d not in (dtypes.float, dtypes.double): text = f"({ctx.types[d]}){text}"
   elif v == dtypes.limits(d)[0] and v < 0: text = f"{v + 1}{ctx.suffixes.get(d, '')}-1"  # C has no INT_MIN literal
   else: text = f"{v}{ctx.suffixes.get(d, '')}"
@@ -4601,13 +4609,16 @@ class Compiled:
       if (fn := self.programs.get(key := (prog.name, prog.src))) is not None: self.programs.move_to_end(key)
     return fn
 
+class DeviceKind(NamedTuple):
+  dialect: Renderer
+  opens: Callable  # its runtime
+
 class _Device:
   """Device["CPU"] opens a device once. DEVICE= picks the default; otherwise the first that opens."""
-  # name -> (the dialect it renders, what opens its runtime); the emulator runs the same lowered UOps as CUDA: its
-  # source is the CUDA text, for reading
-  kinds = {"CPU": (CPU, CPURuntime), "PYTHON": (CUDA, Emulator),
-           "CUDA": (CUDA, lambda: runtime("cuda_rt").CUDADevice()),
-           "METAL": (METAL, lambda: runtime("metal_rt").MetalDevice())}
+  # the emulator runs the same lowered UOps as CUDA: its source is the CUDA text, for reading
+  kinds = {"CPU": DeviceKind(CPU, CPURuntime), "PYTHON": DeviceKind(CUDA, Emulator),
+           "CUDA": DeviceKind(CUDA, lambda: runtime("cuda_rt").CUDADevice()),
+           "METAL": DeviceKind(METAL, lambda: runtime("metal_rt").MetalDevice())}
   def __init__(self):
     self.opened: dict[str, Compiled] = {}
     self.lock = threading.Lock()
@@ -4619,7 +4630,7 @@ class _Device:
     """What lowering for a device needs: its dialect, the block size a GPU reported once opened (before: the 1024
     threads every CUDA and Metal GPU allows), and its vector width: a GPU's float4, or what the CPU's compiler
     targets, with the stores past the cache it has."""
-    renderer, _ = self.kinds[name]
+    renderer = self.kinds[name].dialect
     if renderer.gpu:
       return Target(renderer, self.opened[name].runtime.local_max if name in self.opened else 1024, threads(), 4)
     return Target(renderer, 1, threads(), self[name].runtime.width, self[name].runtime.streams)
@@ -4627,7 +4638,7 @@ class _Device:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
     with self.lock:  # two threads opening one device at once get the same one, opened once
-      if name not in self.opened: self.opened[name] = Compiled(name, self.kinds[name][1]())
+      if name not in self.opened: self.opened[name] = Compiled(name, self.kinds[name].opens())
     return self.opened[name]
   @functools.cached_property
   def DEFAULT(self) -> str:
