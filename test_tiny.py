@@ -4365,6 +4365,30 @@ def test_cat_stack_and_pad_keep_the_sign_of_zero(device):
   assert signs(Tensor.stack(a, a, dim=1).flatten().tolist()) == signs([v for v in vals for _ in range(2)])
   assert signs(a.pad((1, 2), value=-0.0).tolist()) == signs([-0.0, *vals, -0.0, -0.0])
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_composites_at_their_edges_match_torch(device):
+  """nonzero over size-1 dims, logcumsumexp past infinities, an int scatter mean (rounded down), lerp from the nearer
+  end (exact at 0 and 1), and a rounding to zero that keeps the sign of what it rounds, as C's and torch's."""
+  mask = [[True], [False], [True]]
+  assert Tensor(mask, device=device).nonzero().tolist() == [[0, 0], [2, 0]]
+  assert Tensor([[1.0], [2.0], [3.0]], device=device)[Tensor(mask, device=device)].tolist() == [1.0, 3.0]
+  for row in ([-INF, 0.0, 1.0], [0.0, INF, 1.0], [-INF, -INF, 2.0]):
+    want = [math.log(math.fsum(math.exp(v) for v in row[:i + 1])) if any(v > -INF for v in row[:i + 1]) else -INF
+            if INF not in row[:i + 1] else INF for i in range(3)]
+    assert Tensor(row, device=device).logcumsumexp(0).tolist() == pytest.approx(want)
+  got = Tensor([0, 0, 5], dtype=dtypes.int32, device=device).scatter_reduce(
+    0, Tensor([0, 0, 1, 1], device=device), Tensor([1, 2, -3, 0], dtype=dtypes.int32, device=device), "mean")
+  assert got.dtype == dtypes.int32 and got.tolist() == [(0 + 1 + 2) // 3, (0 - 3 + 0) // 3, 5]
+  a, b = Tensor([1e8, 1.0, INF], device=device), Tensor([0.1, 3.0, 1.0], device=device)
+  assert a.lerp(b, 1.0).tolist()[:2] == [f32(0.1), 3.0] and a.lerp(b, 0.0).tolist()[:2] == [1e8, 1.0]
+  assert a.lerp(b, Tensor([1.0, 0.25, 0.5], device=device)).tolist() == [f32(0.1), 1.5, INF]
+  vals = [-0.5, -0.3, -0.0, 0.0, -1.5, 2.5, -2.7, 0.2]
+  def c_round(v): return math.copysign(float(round(v)), v)  # half to even, a zero with v's sign
+  for name, ref in (("trunc", math.trunc), ("floor", math.floor), ("ceil", math.ceil), ("round", c_round)):
+    got = getattr(Tensor(vals, device=device), name)().tolist()
+    want = [math.copysign(float(ref(v)), v) if ref(v) == 0 else float(ref(v)) for v in vals]
+    assert [(g, math.copysign(1, g)) for g in got] == [(w, math.copysign(1, w)) for w in want], name
+
 def test_float_checks_and_closeness():
   x = Tensor([1.0, math.nan, math.inf, -math.inf, -0.0])
   assert x.isnan().tolist() == [False, True, False, False, False]

@@ -1334,24 +1334,29 @@ class Tensor:
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
     bits, whole = (52, dtypes.int64) if self.dtype == dtypes.double else (23, dtypes.int32)
-    return (self.abs() < 2 ** bits).where(self.cast(whole).cast(self.dtype), self)
+    return (self.abs() < 2 ** bits).where(self.cast(whole).cast(self.dtype)._signed_zero(self), self)
+  def _signed_zero(self, x:Tensor) -> Tensor: return (self == 0).where(x * 0, self)  # a 0 takes x's sign, as C's
   def floor(self) -> Tensor:  # trunc, one lower where that rounded up
     if not dtypes.is_float(self.dtype): return self
-    return (t := self.trunc()) - (t > self).cast(self.dtype)
+    t = self.trunc()
+    return (t > self).where(t - 1, t)
   def ceil(self) -> Tensor:  # trunc, one higher where that rounded down
     if not dtypes.is_float(self.dtype): return self
-    return (t := self.trunc()) + (t < self).cast(self.dtype)
+    t = self.trunc()
+    return (t < self).where(t + 1, t)
   def round(self) -> Tensor:  # half to even, as numpy and torch
     if not dtypes.is_float(self.dtype): return self
     f = self.floor()
     up = (self - f > 0.5) | ((self - f == 0.5) & (f - (f / 2).floor() * 2 != 0))
-    return up.where(f + 1, f)
+    return up.where(f + 1, f)._signed_zero(self)
   def clip(self, min_=None, max_=None) -> Tensor:  # (where, not maximum: at a bound the gradient is 1, as torch's)
     if min_ is None and max_ is None: raise RuntimeError("clip needs min_ or max_")
     x = self if min_ is None else (self < min_).where(min_, self)
     return x if max_ is None else (x > max_).where(max_, x)
   clamp = clip
-  def lerp(self, end:Tensor, weight) -> Tensor: return self + (end - self) * weight
+  def lerp(self, end:Tensor, weight) -> Tensor:  # from the nearer end, as torch's: exact at weights 0 and 1
+    w = weight if isinstance(weight, Tensor) else self._const(weight)
+    return (w < 0.5).where(self + (end - self) * w, end - (end - self) * (1 - w))
   def masked_fill(self, mask:Tensor, value) -> Tensor: return mask.where(value, self)
   def isnan(self) -> Tensor: return self != self
   def isinf(self, detect_positive=True, detect_negative=True) -> Tensor:
@@ -1538,6 +1543,7 @@ class Tensor:
     if not self.ndim: return self._scan(Ops.ADD, axis)
     x, back = self._float()._last(axis)
     m = x.cummax(-1)[0].detach().unsqueeze(-1)  # each output's running max: no exp overflows, none underflows to 0
+    m = m.isinf().where(0, m)  # (an infinite one would be inf - inf: nan)
     tri = Tensor.ones(x.shape[-1], x.shape[-1], dtype=dtypes.bool, device=self.device).tril()
     return back(tri.where(x.unsqueeze(-2) - m, -math.inf).exp().sum(-1).log() + m.squeeze(-1))
   def sort(self, dim=-1, descending=False) -> tuple[Tensor, Tensor]:
@@ -1770,8 +1776,10 @@ class Tensor:
     hit, vals = self._scattered(dim, index, src)
     own = self if include_self else hit.any(-1).where(fill[reduce], self)
     picked = hit.where(vals, fill[reduce])
-    if reduce == "mean":
-      return (picked.sum(-1) + own) / (hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not()))
+    if reduce == "mean":  # (of ints, rounded down, as torch's)
+      count = hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not())
+      rounding = None if dtypes.is_float(self.dtype) else "floor"
+      return (picked.sum(-1) + own).div(count, rounding_mode=rounding).cast(self.dtype)
     combine = {"sum": lambda: picked.sum(-1) + own, "prod": lambda: picked.prod(-1) * own,
                "amax": lambda: picked.max(-1).maximum(own), "amin": lambda: picked.min(-1).minimum(own)}
     return combine[reduce]().cast(self.dtype)
@@ -1783,7 +1791,7 @@ class Tensor:
   def nonzero(self, size:int|None=None, fill_value=0) -> Tensor:
     """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back
     (size: that many rows, cut or filled with fill_value)."""
-    strides = strides_for(self.shape)
+    strides = [prod(self.shape[d + 1:]) for d in range(self.ndim)]  # (row-major: a size-1 dim's too)
     hits = [[k // stride % n for stride, n in zip(strides, self.shape)]
             for k, v in enumerate(self.flatten().tolist()) if v]
     if size is not None: hits = hits[:size] + [[fill_value] * self.ndim] * (size - len(hits))
