@@ -4389,6 +4389,17 @@ def test_composites_at_their_edges_match_torch(device):
     want = [math.copysign(float(ref(v)), v) if ref(v) == 0 else float(ref(v)) for v in vals]
     assert [(g, math.copysign(1, g)) for g in got] == [(w, math.copysign(1, w)) for w in want], name
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_double_transcendentals_keep_doubles_precision(device):  # (only 16-bit floats' run in float32)
+  vals = [2.0, 3.0, 0.5, 1e-300, 700.0, -1.25]
+  for name, ref in (("sqrt", math.sqrt), ("exp", math.exp), ("log", math.log), ("sin", math.sin), ("cos", math.cos),
+                    ("exp2", lambda v: 2.0 ** v), ("log2", math.log2)):
+    got = getattr(Tensor(vals, dtype=dtypes.float64, device=device), name)().tolist()
+    for v, g in zip(vals, got):
+      try: want = ref(v)
+      except ValueError: want = NAN  # (the log and sqrt of a negative number)
+      assert math.isnan(g) if math.isnan(want) else math.isclose(g, want, rel_tol=1e-13), (name, v, g, want)
+
 def test_float_checks_and_closeness():
   x = Tensor([1.0, math.nan, math.inf, -math.inf, -0.0])
   assert x.isnan().tolist() == [False, True, False, False, False]

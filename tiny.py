@@ -1203,9 +1203,10 @@ class Tensor:
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
   alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
-  def _unary(self, op:Ops) -> Tensor:  # transcendentals run in float32: half versions are not in every dialect
+  def _unary(self, op:Ops) -> Tensor:  # a 16-bit float's transcendental runs in float32: not every dialect has one
     x = self._float()
-    return self._like(x.cast(dtypes.float).uop.alu(op)).cast(x.dtype)
+    wide = x if x.dtype.itemsize >= 4 else x.cast(dtypes.float)
+    return self._like(wide.uop.alu(op)).cast(x.dtype)
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -4225,6 +4226,8 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
   (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
     lambda ctx, u, a, b: _narrow(ctx, u, f"((({ctx[a]}<{ctx[b]})|({ctx[b]}!={ctx[b]}))?{ctx[b]}:{ctx[a]})")),
+  (UPat((Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.double, name="u"),  # C's double functions (a CPU's
+    lambda ctx, u: code_for_op[u.op](ctx[u.src[0]])),                                 # table names float's)
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), _cast),
   (UPat(Ops.BITCAST, name="u"),
