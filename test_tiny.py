@@ -4287,7 +4287,7 @@ COMPOSITE_BINARY = [
 def test_composite_binary_matches_its_formula(name, fn, ref):
   rng = random.Random(name)
   a, b = _vals(rng, 15), [v if abs(v) > 0.2 else 0.7 for v in _vals(rng, 15)]
-  check_op(fn, lambda x, y: x.map(ref, y), (a, (3, 5)), (b, (3, 5)), grad=name != "fmod", rtol=2e-4)
+  check_op(fn, lambda x, y: x.map(ref, y), (a, (3, 5)), (b, (3, 5)), rtol=2e-4)
 
 def test_pow_keeps_tinygrads_sign_and_int_rules():
   x = Tensor([-2.0, -2.0, 0.0, 0.0, 3.0, -8.0])
@@ -4399,6 +4399,21 @@ def test_double_transcendentals_keep_doubles_precision(device):  # (only 16-bit 
       try: want = ref(v)
       except ValueError: want = NAN  # (the log and sqrt of a negative number)
       assert math.isnan(g) if math.isnan(want) else math.isclose(g, want, rel_tol=1e-13), (name, v, g, want)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_float_remainders_are_exact_where_a_quotient_rounds_to_a_whole_number(device):
+  """3.0 / 0.1 rounds to 30 in float32, but 0.1 (a bit over a tenth) goes into 3.0 only 29 times: the remainder is C's
+  exact fmod, moved to the divisor's sign, and the floor quotient what is left over b, as Python's and torch's (the
+  quotient's rounding gave -4e-8 of the wrong sign, and 30)."""
+  rng = random.Random(7)
+  bs = [f32(rng.choice([0.1, 0.3, 0.7, 1.1, -0.1, -0.3]) * rng.uniform(0.5, 2)) for _ in range(40)] + [f32(0.1)] * 3
+  xs = [f32(b * rng.randint(-50, 50) + rng.choice([0.0, 0.0, 1e-6, -1e-6])) for b in bs[:40]] + [3.0, f32(1000.3), -3.0]
+  a, b = Tensor(xs, device=device), Tensor(bs, device=device)
+  assert a.fmod(b).tolist() == [f32(math.fmod(x, y)) for x, y in zip(xs, bs)]
+  assert (a % b).tolist() == [f32(x % y) for x, y in zip(xs, bs)]
+  assert (a // b).tolist() == a.div(b, rounding_mode="floor").tolist() == [f32(x // y) for x, y in zip(xs, bs)]
+  assert (Tensor([1.0, -1.0], device=device) // 0.0).tolist() == [INF, -INF]  # x / 0, as torch's
+  assert all(map(math.isnan, (Tensor([1.0, 0.0], device=device) % 0.0).tolist()))
 
 def test_float_checks_and_closeness():
   x = Tensor([1.0, math.nan, math.inf, -math.inf, -0.0])

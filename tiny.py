@@ -230,6 +230,7 @@ class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (t
   size: int  # elements
 
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+def _fmod(a:float, b:float) -> float: return math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan  # C's
 def _amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
 def _safe(f):
   def g(*a):
@@ -247,7 +248,7 @@ python_alu: dict[Ops, Callable] = {
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
   Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b or b != b else a,
   Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0,
-  Ops.MOD: lambda a, b: a - b*_trunc_div(a, b) if b != 0 else 0,
+  Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else a - b*_trunc_div(a, b) if b != 0 else 0,
   Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
   Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
   Ops.SHL: lambda a, b: a << _amount(b), Ops.SHR: lambda a, b: a >> _amount(b),
@@ -1218,20 +1219,20 @@ class Tensor:
     a, b = self._broadcast(x)
     if rounding_mode not in (None, "trunc", "floor"):
       raise RuntimeError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")  # (torch's error)
-    if rounding_mode and dtypes.is_int(a.dtype):
-      return a._like(a.uop.alu(Ops.IDIV, b.uop)) if rounding_mode == "trunc" else a.divmod(b)[0]
+    if rounding_mode == "floor": return a.divmod(b)[0]
+    if rounding_mode == "trunc" and dtypes.is_int(a.dtype): return a._like(a.uop.alu(Ops.IDIV, b.uop))
     q = a._float() * b._float().reciprocal()
-    if rounding_mode is None: return q
-    return q.trunc() if rounding_mode == "trunc" else q.floor()
+    return q.trunc() if rounding_mode == "trunc" else q
   def divmod(self, x) -> tuple[Tensor, Tensor]:
-    """Floor division and its remainder, as Python's and numpy's: the remainder takes the divisor's sign. For ints,
-    both are 0 where the divisor is (C's truncating / and % underneath, with python_alu's results at the edges)."""
+    """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both come
+    from the remainder of a quotient rounded toward 0: C's % for ints (0 where the divisor is, as python_alu says),
+    its exact fmod for floats, whose quotient is what is left divided by b, a whole number but for rounding (and
+    x // 0 is x / 0, as torch's)."""
     a, b = self._broadcast(x)
-    if dtypes.is_float(a.dtype):
-      q = (a / b).floor()
-      return q, a - b * q
-    q, r = a._like(a.uop.alu(Ops.IDIV, b.uop)), a._like(a.uop.alu(Ops.MOD, b.uop))
-    up = (r != 0) & ((r < 0) != (b < 0))  # truncating rounded a negative quotient up: floor is one lower
+    r = a.fmod(b)
+    up = (r != 0) & ((r < 0) != (b < 0))  # rounded toward 0, a negative quotient rounded up: floor is one lower
+    if dtypes.is_int(a.dtype): q = a._like(a.uop.alu(Ops.IDIV, b.uop))
+    else: q = (b == 0).where(a / b, ((a - r) / b).round()._signed_zero(a / b))
     return up.where(q - 1, q), up.where(r + b, r)
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
@@ -1372,9 +1373,10 @@ class Tensor:
   def copysign(self, other) -> Tensor:  # x's magnitude, other's sign: its sign bit, so -0.0 counts as negative
     a, b = self._broadcast(other)
     return ((b < 0) | (b.reciprocal() < 0)).where(-a.abs(), a.abs())
-  def fmod(self, x) -> Tensor:  # C's remainder: the dividend's sign
+  def fmod(self, x) -> Tensor:  # C's remainder: exact, with the dividend's sign (a 16-bit float's, in float32)
     a, b = self._broadcast(x)
-    return a._like(a.uop.alu(Ops.MOD, b.uop)) if dtypes.is_int(a.dtype) else a - (a / b).trunc() * b
+    wide = dtypes.float if dtypes.is_float(a.dtype) and a.dtype.itemsize < 4 else a.dtype
+    return a._like(a.cast(wide).uop.alu(Ops.MOD, b.cast(wide).uop)).cast(a.dtype)
   def logaddexp(self, other) -> Tensor:
     m = self.maximum(other)
     return m + ((self - m).exp() + (other - m).exp()).log()
@@ -2257,6 +2259,7 @@ derivatives: dict[Ops, Callable] = {
   Ops.LOG2: lambda g, y, x: (g / (x * math.log(2)),),                   # (log2 x)' = 1 / (x ln 2)
   Ops.SIN: lambda g, y, x: (g * x.cos(),),                              # sin' = cos
   Ops.MAX: lambda g, y, a, b: (_larger(g, a, b), _larger(g, b, a)),     # to the larger; at a tie, half to each
+  Ops.MOD: lambda g, y, a, b: (g, -g * a.div(b, rounding_mode="trunc")),  # fmod: a - trunc(a/b) b (torch's)
   Ops.WHERE: lambda g, y, c, a, b: (None, c.where(g, 0), c.where(0, g)),  # to the branch taken
   Ops.CAST: lambda g, y, x: (g.cast(x.dtype),),
   Ops.CONTIGUOUS: lambda g, y, x: (g,),
@@ -4222,6 +4225,8 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
   (UPat((Ops.MUL, Ops.IDIV, Ops.MOD), src=(UPat.var("a"), UPat.cvar("b")), name="u"), _by_shift),
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
+  (UPat(Ops.MOD, dtype=(dtypes.float, dtypes.double), src=(UPat.var("a"), UPat.var("b"))),  # exact: C's fmod (and
+    lambda ctx, a, b: f"fmod({ctx[a]},{ctx[b]})"),                                          # C++'s and Metal's)
   (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
   (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
