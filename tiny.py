@@ -273,6 +273,19 @@ class MathMixin:
 
 def arg_key(arg): return (float, repr(arg)) if type(arg) is float else arg  # keeps -0.0, 0.0 and nan apart
 
+def postorder(roots:Iterable[UOp], sources:Callable[[UOp], Sequence[UOp]],
+              known:Callable[[UOp], bool]=lambda u: False) -> list[UOp]:
+  """The nodes the roots depend on, themselves too, each after its sources (and none known, nor what only they reach).
+  Iterative: a long elementwise chain would overflow recursion."""
+  order, seen, stack = [], set(), [(r, False) for r in reversed(list(roots))]
+  while stack:
+    u, done = stack.pop()
+    if done: order.append(u)
+    elif u not in seen and not known(u):
+      seen.add(u)
+      stack += [(u, True)] + [(s, False) for s in reversed(sources(u))]
+  return order
+
 class UOpMeta(type):
   """Hash-consing: a plain dict from (op, dtype, src, arg) to a weak reference to the one node built for it. A node
   lives as long as something holds it; when it dies, its reference's callback drops the entry (and what the key holds,
@@ -346,18 +359,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def toposort(self) -> list[UOp]: return self._sources + [self]
   @functools.cached_property
-  def _sources(self) -> list[UOp]:
-    """Every node this one depends on, sources first (itself left out: a node that held itself would never be freed).
-    Iterative: long elementwise chains would overflow recursion."""
-    order, seen, stack = [], {self}, [(s, False) for s in reversed(self.src)]
-    while stack:
-      u, done = stack.pop()
-      if done: order.append(u)
-      elif u not in seen:
-        seen.add(u)
-        stack.append((u, True))
-        stack.extend((s, False) for s in reversed(u.src) if s not in seen)
-    return order
+  def _sources(self) -> list[UOp]:  # itself left out: a node that held itself would never be freed
+    return postorder(self.src, lambda u: u.src)
   @functools.cached_property
   def shape(self) -> tuple[int, ...]:
     """The shape of a tensor-level node; ALU sources already share one."""
@@ -378,13 +381,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return (self.op is Ops.CONST, self.op.value, repr(self.dtype), arg, tuple(s.key for s in self.src))
   @functools.cached_property
   def buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads: how assign() finds what reads a buffer
-    seen, stack = set(), [(self, False)]  # sources first, so a long chain doesn't recurse, and only the ones not known
-    while stack:                          # yet: a graph built on one asked before walks its new part
-      u, done = stack.pop()
-      if done: u.__dict__["buffers"] = u._buffers()
-      elif "buffers" not in u.__dict__ and u not in seen:
-        seen.add(u)
-        stack += [(u, True)] + [(s, False) for s in u.src]
+    # sources first, and only the ones not known yet: a graph built on one asked before walks its new part
+    for u in postorder([self], lambda u: u.src, known=lambda u: "buffers" in u.__dict__):
+      u.__dict__["buffers"] = u._buffers()
     return self.__dict__["buffers"]
   def _buffers(self) -> frozenset[UOp]:
     if self.op is Ops.BUFFER: return frozenset((self,))
@@ -2334,15 +2333,11 @@ def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where
 
 def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
   """Every node the roots' gradients flow through, sources first, each with its _grad_sources (found once)."""
-  order: dict[UOp, tuple[UOp, ...]] = {}
-  found, stack = {}, [(root, False) for root in roots]
-  while stack:
-    u, done = stack.pop()
-    if done: order[u] = found[u]
-    elif u not in found:
-      found[u] = _grad_sources(u)
-      stack += [(u, True)] + [(s, False) for s in found[u]]
-  return order
+  found: dict[UOp, tuple[UOp, ...]] = {}
+  def sources(u:UOp) -> tuple[UOp, ...]:
+    found[u] = _grad_sources(u)
+    return found[u]
+  return {u: found[u] for u in postorder(roots, sources)}
 
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
