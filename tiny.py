@@ -2575,8 +2575,6 @@ class Kernel:
   bufs: list[UOp]   # outputs first, then inputs, in PARAM order: Slot BUFFERs
   stores: dict      # the row of each node it computes -> the view of the slot that holds it
   why: str          # why its outputs are stored (kernel_outputs' words), for DEBUG=2
-  @property
-  def empty(self) -> bool: return all(st.buf.arg.size == 0 for st in self.ast.src)  # its outputs hold nothing
 
 @dataclass
 class ScheduleItem:
@@ -2585,13 +2583,12 @@ class ScheduleItem:
   bufs: list[Buffer]  # outputs first, then inputs, in PARAM order
   outs: dict          # computed node -> the view of the buffer that holds it once this has run
   why: str
-  empty = Kernel.empty
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (all on one device), in the order they must run, on this graph's buffers:
   its structure's plan, bound (to read, or to run with run_schedule; realize() runs the plan itself)."""
   key, buffers, nodes = structure([t.uop for t in tensors], tensors[0].device)
-  return bind(planned(key, nodes).items, buffers, nodes, tensors[0].device)
+  return bind(planned(key, nodes), buffers, nodes, tensors[0].device)
 
 class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer it stands for is bound
   index: int
@@ -2624,15 +2621,16 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
   while stack:
     u, ready = stack.pop()
     if u in row: continue
-    if ready:  # (a view's arg without the moves that made it)
-      arg = u.arg.bare if u.op is Ops.VIEW else u.arg
+    if ready:
+      arg = u.arg.bare if u.op is Ops.VIEW else u.arg  # (a view's arg without the moves that made it)
       rows.append(Node(u.op, u.dtype, arg_key(arg), tuple(map(row.__getitem__, u.src))))
-    elif (view := u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)) is not None:
+    else:
+      view = u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)
+      if view is None:  # computed: its sources first
+        stack += [(u, True)] + [(s, False) for s in u.src]
+        continue
       b = view.src[0].arg
       rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
-    else:
-      stack += [(u, True)] + [(s, False) for s in u.src]
-      continue
     row[u] = len(nodes)
     nodes.append(u)
   return Structure(device, tuple(rows), tuple(row[r] for r in roots)), list(slots), nodes
@@ -2654,7 +2652,7 @@ class Plan:
     bufs = buffers + made
     settings = (getenv("NOOPT"), getenv("BEAM"))
     if settings not in self.programs: self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
-    launch(loaded(self.programs[settings], device), bufs)
+    launch(with_programs(self.programs[settings], device), bufs)
     return bufs
 
 plans: Bounded = Bounded()  # structure -> its plan
@@ -2697,16 +2695,12 @@ def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each 
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
   return graph
 
-def bind(items:list[Kernel], buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
-  """A plan's kernels on this graph's buffers, with a new buffer for each one the plan stores."""
-  made: dict[int, Buffer] = {}
-  def buffer(b:UOp) -> Buffer:
-    if b.arg.index < len(buffers): return buffers[b.arg.index]
-    if b.arg.index not in made: made[b.arg.index] = Buffer(device, b.arg.size, b.dtype)
-    return made[b.arg.index]
-  return [ScheduleItem(item.ast, [buffer(b) for b in item.bufs],
-                       {nodes[r]: v.rebind(buffer(v.src[0])) for r, v in item.stores.items()}, item.why)
-          for item in items]
+def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
+  """A plan's kernels on this graph's buffers, with a new buffer for each slot the plan makes (allocated when used)."""
+  bufs = buffers + [Buffer(device, size, dtype) for size, dtype in plan.made]
+  return [ScheduleItem(item.ast, [bufs[b.arg.index] for b in item.bufs],
+                       {nodes[r]: v.rebind(bufs[v.src[0].arg.index]) for r, v in item.stores.items()}, item.why)
+          for item in plan.items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
@@ -2772,8 +2766,9 @@ def pack(r:UOp, device:str) -> UOp:
     if b.op is not Ops.VIEW or b.src[0].op is not Ops.BUFFER or len(b.arg.views) != 1: return b
     v = b.arg.views[0]
     (n, k), (n_stride, k_stride) = v.shape[-2:], v.strides[-2:]
-    if v.mask is not None or any(v.strides[:-2]) or prod(v.shape[:-2]) < 32 or n % tile or k < 64 or \
-       n_stride == 1 and k_stride * b.dtype.itemsize < 4096: return b
+    read_well = n_stride == 1 and k_stride * b.dtype.itemsize < 4096  # its columns side by side, rows in a page
+    if v.mask is not None or any(v.strides[:-2]) or prod(v.shape[:-2]) < 32 or n % tile or k < 64 or read_well:
+      return b
     columns = UOp(Ops.VIEW, b.dtype, b.src, ShapeTracker((View((n, k), (n_stride, k_stride), v.offset),)))
     tiles = UOp(Ops.CONTIGUOUS, b.dtype, (columns.moved(("reshape", (n // tile, tile, k)), ("permute", (0, 2, 1))),))
     return tiles.moved(("permute", (0, 2, 1)), ("reshape", (1,) * (len(v.shape) - 2) + (n, k)), ("expand", v.shape))
@@ -2812,34 +2807,34 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   stored |= {u: "assign" for u in order if u.op is Ops.ASSIGN}
   stored |= {u.src[1]: "assigned from its own buffer moved" for u in order if u.op is Ops.ASSIGN and _reads_moved(u)}
   stored |= {u: "output" for u in sink.src if not _whole_buffer(u)}
-  # free: aranges and what is computed from them alone, which lowering folds into index math, and an element compared
-  # with an arange (summed, that is a pick: see picked)
-  free: set[UOp] = set()
+  # aranges and what is computed from them alone, which lowering folds into index math (free), and an element
+  # compared with an arange (summed, that is a pick: see picked)
+  index_math: set[UOp] = set()
   for u in order:
-    if u.op in (Ops.IOTA, Ops.CONST) or \
-       u.src and all(s in free for s in u.src) and u.op in GroupOp.Moved:
-      free.add(u)
-    elif u.op is Ops.CMPEQ and any(s in free for s in u.src): free.add(u)
+    from_aranges = bool(u.src) and all(s in index_math for s in u.src) and u.op in GroupOp.Moved
+    compared = u.op is Ops.CMPEQ and any(s in index_math for s in u.src)
+    if u.op in (Ops.IOTA, Ops.CONST) or from_aranges or compared: index_math.add(u)
   while True:
     realize, fused, again = dict(stored), {}, {}
     for u in order:
       srcs = [fused[s] for s in u.src if s not in realize]
       f = fused[u] = Fused(u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
                            _pending(u, [s.pending for s in srcs]),
-                           (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in free else 0) +
+                           (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in index_math else 0) +
                            sum(s.cost for s in srcs),
                            frozenset().union(*[s.rows for s in srcs]))
       if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
       if u in realize or u.op is Ops.SINK: continue
       readers = _readers(u, consumers, stored)
-      if f.pending and (all(_own_rows(c, f.pending) for c in consumers[u]) or  # computed once a row, or where small,
-                        all(c.op in GroupOp.Elementwise for c in readers) and  # once a row in each reader's kernel:
-                        prod(f.pending) * f.cost * (len(readers) - 1) < LAUNCH_COST):  # less than a launch costs
+      rows = f.pending or None  # the shape of a pending row reduce's rows (() is a reduce's not over rows)
+      if rows and (all(_own_rows(c, rows) for c in consumers[u]) or  # computed once a row, or where small,
+                   all(c.op in GroupOp.Elementwise for c in readers) and  # once a row in each reader's kernel:
+                   prod(rows) * f.cost * (len(readers) - 1) < LAUNCH_COST):  # less than a launch costs
         if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
         continue
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
                                        for c in readers)  # read by several, reduced again, or broadcast
-      if f.pending is not None and spread: realize[u] = "reduce"
+      if f.pending is not None and spread: realize[u] = "reduce"  # (any reduce pending, over rows or not)
       elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: realize[u] = "dear"
     if not again: return realize, {u: f.reduce for u, f in fused.items()}
     stored |= again
@@ -2870,7 +2865,9 @@ def _reads_moved(a:UOp) -> bool:
     u, aligned = stack.pop()
     if (u, aligned) in seen: continue
     seen.add((u, aligned))
-    if u is target and not aligned or u is not target and u.op is Ops.VIEW and u.src[0] is target.src[0]: return True
+    moved = u is target and not aligned  # the target, read under a move or a reduce
+    other_view = u is not target and u.op is Ops.VIEW and u.src[0] is target.src[0]  # another view of its buffer
+    if moved or other_view: return True
     stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return False
 
@@ -2923,16 +2920,17 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
   for r, read in reads.items():
     where = [i for i, g in enumerate(groups) if any(d in read for d in g)]
     ready = max(where, default=-1)
-    def fits(i:int) -> bool:  # one iteration space, no reduce: what it reads of its outputs (or of an assign's buffer)
-      g = groups[i] + [r]     # read only where it is written; and no kernel between the group and r reads the group
+    def fits(i:int) -> bool:
+      g = groups[i] + [r]
+      if any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g): return False  # one space
       assigned = [o.src[0].src[0] for o in g if o.op is Ops.ASSIGN]
-      written = set(assigned)  # each once: a second write isn't kept after the loads of the first's value
-      return len(written) == len(assigned) and \
-             not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g) and \
-             all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written) and \
-             not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)
+      written = set(assigned)
+      if len(written) != len(assigned): return False  # a second write isn't kept after the loads of the first's value
+      if not all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written):
+        return False  # what it reads of what it writes, read only where it is written
+      return not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)  # nothing between reads it
     alone = has_reduce[r] or r.op is Ops.CONTIGUOUS
-    i = None if alone else next(filter(fits, where + list(range(len(groups)))), None)
+    i = None if alone else next((j for j in where + list(range(len(groups))) if fits(j)), None)  # what it reads first
     if i is None: groups.append([r])
     else:  # joined, and moved after all it reads
       j = max(i, ready)
@@ -4697,13 +4695,14 @@ def to_program(ast:UOp, device:str) -> Program:
   key = (ast, device, noopt, beam_width)
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
-    stored = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
-             f"NOOPT={noopt} BEAM={beam_width}\n{text(ast)}".encode()
+    disk_key = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
+               f"NOOPT={noopt} BEAM={beam_width}\n{text(ast)}".encode()
     runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep; BEAM times no UOps
-    if not runs_source or (entry := cache_read(stored, ".json", "lowering it again")) is None:
-      prog = lower(ast, target, device if runs_source else None)
-      if runs_source: cache_write(stored, ".json", prog.dumps())
-    else: prog = Program.loads(entry)
+    entry = cache_read(disk_key, ".json", "lowering it again") if runs_source else None
+    if entry is not None: prog = Program.loads(entry)
+    else:
+      prog = lower(ast, target, device if runs_source else None)  # (no device: no BEAM, which times source)
+      if runs_source: cache_write(disk_key, ".json", prog.dumps())
     program_cache[key] = prog
   return prog
 
@@ -4723,15 +4722,15 @@ def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
   if not items: return 0.0
   bufs = list(dict.fromkeys(b for item in items for b in item.bufs))
   slots = {b: i for i, b in enumerate(bufs)}
-  total = launch(loaded(prepare(items, bufs[0].device, slots.__getitem__), bufs[0].device), bufs, wait)
+  total = launch(with_programs(prepare(items, bufs[0].device, slots.__getitem__), bufs[0].device), bufs, wait)
   for item in items:
     for u, view in item.outs.items(): remember(u, view)
   return total
 
-def loaded(launches:list[Launch], device:str) -> Iterator[tuple[Callable, Launch]]:
+def with_programs(launches:list[Launch], device:str) -> Iterator[tuple[Callable, Launch]]:
   """Each kernel with its loaded program, looked up as it launches: the device's cache decides how long one stays."""
   dev = Device[device]
-  return ((dev.loaded(l.prog) or dev.program(l.prog), l) for l in launches)
+  return ((dev.program(l.prog), l) for l in launches)
 
 def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bool=False) -> float:
   """The one loop every kernel runs through (a plan's, a TinyJit replay's, a RawKernel): each on its buffers, by slot.
@@ -4754,7 +4753,7 @@ def prepare(items:list[Kernel]|list[ScheduleItem], device:str, slot:Callable[[An
   new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
   dev, launches, compiles = Device[device], [], []
   for item in items:
-    if item.empty: continue
+    if all(st.buf.arg.size == 0 for st in item.ast.src): continue  # its outputs hold nothing
     prog = to_program(item.ast, device)
     launches.append(Launch(device, prog, [slot(b) for b in item.bufs], len(item.ast.src), item.why))
     if dev.loaded(prog) is None: compiles.append(compile_pool(os.getpid()).submit(dev.program, prog))
