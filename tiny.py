@@ -2966,7 +2966,9 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   stack = [root]
   while stack:
     u = stack[-1]
-    if u in ctx.memo: stack.pop(); continue
+    if u in ctx.memo:
+      stack.pop()
+      continue
     todo = [s for s in u.src if s not in ctx.memo]
     if (buf := ctx.input(u)) is not None:
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
@@ -3084,7 +3086,9 @@ def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
     elif key not in sources:  # first met: its sources go on the stack, to be built first
       sources[key] = _sources_at(*key)
       stack.extend(k for k in sources[key] if k not in memo)
-    else: stack.pop(); memo[key] = _value(*key, sources[key], [memo[k] for k in sources[key]])  # its sources are built
+    else:  # its sources are built
+      stack.pop()
+      memo[key] = _value(*key, sources[key], [memo[k] for k in sources[key]])
   return memo[(u, idxs, valid)]
 
 def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
@@ -3122,19 +3126,26 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   """A sum over ranges r of (r == e ? x : 0), where e doesn't vary with them, is x at r = e, where 0 <= e < r's size:
   one load of x, not a pass over all of it. An index picks elements so (x[idx], gather, nn.Embedding: see _pick)."""
   if op is not Ops.ADD or v.op is not Ops.WHERE or v.src[2].op is not Ops.CONST or v.src[2].arg != 0: return None
-  at, rest = {}, []
-  for t in v.src[0].terms(Ops.AND):
+  at: dict[UOp, UOp] = {}
+  def pins(t:UOp) -> tuple[UOp, UOp]|None:  # a condition r == e (or e == r) for a reduced range r not pinned yet
     for a, e in (t.src, t.src[::-1]) if t.op is Ops.CMPEQ else ():
       a = simplify(a)  # (an arange is r * 1 + 0 until simplified)
       r = a.src[0] if a.op is Ops.CAST else a
-      if r in reduced and r not in at and not any(q in reduced for q in e.toposort):
-        at[r] = e.cast(dtypes.index)
-        break
-    else: rest.append(t)
+      if r in reduced and r not in at and not any(q in reduced for q in e.toposort): return r, e
+    return None
+  rest = []
+  for t in v.src[0].terms(Ops.AND):
+    pin = pins(t)
+    if pin is None: rest.append(t)
+    else:
+      r, e = pin
+      at[r] = e.cast(dtypes.index)
   if len(at) != len(reduced): return None
   valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
-  x = rebuild(v.src[1], lambda u, new: at.get(u) or (new.gated(valid) if u.op is Ops.LOAD and new is not u else new))
-  return valid.where(x, v.src[2])
+  def place(u:UOp, new:UOp) -> UOp:  # r is e; a load happens only where every pick is in range
+    if u in at: return at[u]
+    return new.gated(valid) if u.op is Ops.LOAD and new is not u else new
+  return valid.where(rebuild(v.src[1], place), v.src[2])
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
   return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.kind)), key=lambda r: r.arg.id)
@@ -3391,9 +3402,9 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
-  # the last lanes of an upcast (one vector: see heuristic) run past the end: buffers are allocated in whole vectors of
-  # the widest width, so an access at an aligned base + lane stays inside its allocation and needs no gate
-  spare = (lambda u: _aligned(u.addr, inner, opt.amount)) if opt.kind is AxisType.UPCAST else lambda u: False
+  # the last lanes of an upcast (one vector: see lanes_and_tiles) run past the end: buffers are allocated in whole
+  # vectors of the widest width, so an access at an aligned base + lane stays inside its allocation and needs no gate
+  def spare(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, inner, opt.amount)
   return simplify(guard(sink, expr < n, {outer, inner}, spare))
 
 def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms without it, each a multiple of width
@@ -3412,7 +3423,9 @@ def guard(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
 
 def heuristic(sink:UOp, dev:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
-  return tensor_core_opts(sink, dev) or (shared_reduces(sink, dev) if dev.gpu else []) or lanes_and_tiles(sink, dev)
+  opts = tensor_core_opts(sink, dev)
+  if not opts and dev.gpu: opts = shared_reduces(sink, dev)
+  return opts or lanes_and_tiles(sink, dev)
 
 # Tensor cores: a warp multiplies tiles of a matrix (D = A @ B + C, A and B in 16-bit floats, C and D in float32) in one
 # instruction, each of its 32 lanes holding a few elements of each tile, where the device's layout puts them. The
@@ -3503,8 +3516,8 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
 def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
   """A GPU block's threads share a reduce where a thread per output would leave the GPU idle or read rows apart: a row
   program's block (its threads share each reduce, then the last column), or a block per output where outputs are few
-  (2048 or fewer, or 16384 with rows long enough to share: the 10 columns of an MLP's last matmul) or each reads a long
-  row of its own (a row softmax: a thread per row would read rows apart, uncoalesced)."""
+  (2048 or fewer, or under 16384 with rows long enough to share: the 10 columns of an MLP's last matmul) or each reads
+  a long row of its own (a row softmax: a thread per row would read rows apart, uncoalesced)."""
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   inner = list(dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE))  # each reduce's innermost loop
   if cols := ranges(sink, AxisType.LOOP):
@@ -3533,20 +3546,23 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
     # one row: a vector a step, the last one into the padding past the end (see apply_opt); rows: as wide as each fills
     amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
-  for r in reversed(glob if red else []):  # the register tile of a matmul: each load feeds 4 outputs
-    # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
-    # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
-    n = 4 * w if not dev.gpu and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
-      _side_by_side(sink, r) else 4
-    # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide memory latency behind each other
-    launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
-    if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
-       _may_be_lanes(sink, r):
-      opts.append(Opt(AxisType.UPCAST, r, n))
-  tile = bool(opts)  # (the upcasts made with a reduce are a tile's)
-  if red and not tile and glob and _unit_stride(sink, glob[-1]) and (amount := _filled(glob[-1].size, dev)) and \
+  if red:  # the register tile of a matmul: each load feeds 4 outputs
+    for r in reversed(glob):
+      # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
+      # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
+      four_vectors = not dev.gpu and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
+        _side_by_side(sink, r)
+      n = 4 * w if four_vectors else 4
+      # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
+      launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
+      if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
+         _may_be_lanes(sink, r):
+        opts.append(Opt(AxisType.UPCAST, r, n))
+  tile = bool(red and opts)  # (the upcasts made with a reduce are a tile's)
+  if red and not tile and glob and _unit_stride(sink, glob[-1]) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
-    opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+    amount = _filled(glob[-1].size, dev)
+    if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
   for r in inner:
@@ -3642,7 +3658,10 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   def extended(beams:list[Timed]) -> list[tuple[UOp, tuple[Opt, ...]]]:  # the kernels kept, each with one more opt
     return [(apply_opt(c.sink, o), c.opts + (o,)) for c in beams[:width] for o in candidates(c.sink, target)]
   beams = timed([(sink, ())])
-  while (found := timed(extended(beams))) and (not beams or found[0].time < beams[0].time): beams = found
+  while True:  # one more opt while that is faster
+    found = timed(extended(beams))
+    if not found or beams and found[0].time >= beams[0].time: break
+    beams = found
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
   return beams[0].prog if beams and beams[0].time < _time(Device[device].program(prog), prog, bufs) else prog
 
@@ -3724,8 +3743,8 @@ def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
   def count(r:UOp, w:int) -> tuple[int, int]:
     vectors = [u for u in access if _contiguous(u, r, w)]
     return sum(u in looped for u in vectors), len(vectors)
-  found = [(count(r, w), r, w)
-           for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL) if (w := _filled(r.size, dev))]
+  filled = [(r, _filled(r.size, dev)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
+  found = [(count(r, w), r, w) for r, w in filled if w]
   free, chosen = [f for u, f in free_ranges(sink).items() if u is not sink], []
   for (_, total), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
     if total and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
@@ -3789,8 +3808,10 @@ def to_gpu(sink:UOp) -> UOp:
   return sink
 
 def fit_grid(sink:UOp) -> UOp:  # a grid has 3 dims, y and z of at most 65535 blocks: merge the outer ones until it fits
-  while len(glob := ranges(sink, AxisType.GLOBAL)) > 3 or any(r.size > 65535 for r in glob[1:]):
+  glob = ranges(sink, AxisType.GLOBAL)
+  while len(glob) > 3 or any(r.size > 65535 for r in glob[1:]):
     sink = merge(sink, glob[0], glob[1])
+    glob = ranges(sink, AxisType.GLOBAL)
   return sink
 
 def share_reductions(sink:UOp) -> UOp:
@@ -3820,7 +3841,9 @@ def thread_ids(sink:UOp) -> dict[UOp, UOp]:
     dims: list[list[UOp]] = []
     for r in (r for k in kinds for r in ranges(sink, k)):
       dim = next((d for d in dims if d[0].size == r.size and not any(r in f and s in f for f in free for s in d)), None)
-      if dim is None: dims.append(dim := [])
+      if dim is None:
+        dim = []
+        dims.append(dim)
       dim.append(r)
     ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(kind, i)) for i, d in enumerate(dims) for r in d})
   return ids
@@ -3924,10 +3947,10 @@ def stream(sink:UOp, dev:Target) -> UOp:
   if not dev.streams: return sink
   nodes = sink.toposort
   read = {u.memory for u in nodes if u.op is Ops.LOAD}
-  def streams(st:UOp) -> bool:
+  def streamed(st:UOp) -> bool:
     return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
       st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and past_cache(st.buf, dev)
-  return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streams(u)})
+  return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streamed(u)})
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 7: linearize. The graph becomes one list of UOps in the order they run.
@@ -3967,16 +3990,22 @@ def linearize(sink:UOp) -> list[UOp]:
     elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], (pos[u], u))
   done, out, stack = set(), [], []
   def emit(u:UOp):
-    out.append(u); done.add(u)
+    out.append(u)
+    done.add(u)
     for c in users[u]:
       waiting[c] -= 1
       if waiting[c] == 0: ready(c)
   for u in order:
     if not u.src: ready(u)
   while len(out) < len(order) - 1:
-    if here := work[tuple(stack)]: emit(heapq.heappop(here)[1])               # work that belongs in the loops open now
-    elif stack and ends[stack[-1]]: emit(heapq.heappop(ends[stack.pop()])[1])  # this loop is done: close it
-    else:                                                                     # open the next loop a waiting node needs
+    here = work[tuple(stack)]
+    if here:  # work that belongs in the loops open now
+      _, u = heapq.heappop(here)
+      emit(u)
+    elif stack and ends[stack[-1]]:  # this loop is done: close it
+      _, end = heapq.heappop(ends[stack.pop()])
+      emit(end)
+    else:  # open the next loop a waiting node needs
       wanted = [need[u][len(stack)] for u in order if u not in done and u.op is not Ops.RANGE and
                 need[u][:len(stack)] == stack and len(need[u]) > len(stack)]
       # of loops side by side, the one the graph closes first: one whose result another's body reads runs before it
@@ -4051,7 +4080,9 @@ class Renderer:
     for u in uops:
       if u.op in (Ops.PARAM, Ops.SPECIAL): names[u] = u.arg.name
       if u.op is Ops.PARAM or u.op is Ops.SPECIAL and u.kind not in self.ids: continue  # an argument
-      if u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC: names[u] = names[u.buf]; continue  # the value: its variable
+      if u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC:  # the value: its variable
+        names[u] = names[u.buf]
+        continue
       if u.op is Ops.BARRIER: names[u] = names[u.buf]  # shared memory, as it is after the barrier
       if u.op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL): names[u] = fresh(_prefixes[u.op])
       if (text := string_rules.rewrite(u, names)) is None:
@@ -4098,7 +4129,7 @@ def _by_shift(ctx:Names, u:UOp, a:UOp, b:UOp) -> str|None:
 
 _infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
           Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
-code_for_op: dict[Ops, Callable] = {
+c_code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
   Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
   Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})",
@@ -4121,9 +4152,9 @@ def _wrapping(ctx:Names, u:UOp) -> str|None:
   """Signed + - * whose bounds don't prove it in range: C calls overflow undefined (and gcc folds `x+1 > x` to true),
   so it runs on the unsigned bits, which wrap, as on every GPU and in the emulator. Index math, proven in range,
   stays plain: the compiler may then widen it."""
-  bounds = alu_bounds[u.op](*[s.bounds for s in u.src])
+  low, high = alu_bounds[u.op](*[s.bounds for s in u.src])
   lo, hi = dtypes.limits(u.dtype)
-  if lo <= bounds[0] and bounds[1] <= hi: return None
+  if lo <= low and high <= hi: return None
   unsigned = f"(unsigned {ctx.types[u.dtype]})"
   return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*[unsigned + ctx[s] for s in u.src])})"
 
@@ -4225,7 +4256,7 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
     lambda ctx, u, a, b: _narrow(ctx, u, f"((({ctx[a]}<{ctx[b]})|({ctx[b]}!={ctx[b]}))?{ctx[b]}:{ctx[a]})")),
   (UPat((Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.double, name="u"),  # C's double functions (a CPU's
-    lambda ctx, u: code_for_op[u.op](ctx[u.src[0]])),                                 # table names float's)
+    lambda ctx, u: c_code_for_op[u.op](ctx[u.src[0]])),                               # table names float's)
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), _cast),
   (UPat(Ops.BITCAST, name="u"),
@@ -4265,8 +4296,8 @@ CPU = Renderer(
   "CPU", gpu=False, vector_ops=c_vector_ops, kernel="void", param="{type}* restrict {name}",
   ids={}, lanes=tuple(f"[{k}]" for k in range(widths[-1])), vector="({type}){{{items}}}",
   types=c_types, suffixes={dtypes.uint32: "u", dtypes.long: "ll", dtypes.ulong: "ull"},
-  code_for_op=code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
-                             Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
+  code_for_op=c_code_for_op | {Ops.SQRT: lambda a: f"sqrtf({a})", Ops.EXP2: lambda a: f"exp2f({a})",
+                               Ops.LOG2: lambda a: f"log2f({a})", Ops.SIN: lambda a: f"sinf({a})"},
   approximates=frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN}), local_prefix="__attribute__((aligned(64))) ", barrier="",
   streams={bits // 8: f"{call}({{at}}, (__m{bits})({{value}}));"
            for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
@@ -4304,7 +4335,7 @@ CUDA = Renderer(
   vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bfloat16: "__nv_bfloat16",
                                                   dtypes.bool: "bool"} |
                                                  {d.vec(n): f"{d.name}{n}" for d in dtypes.narrow for n in (4, 8)},
-  suffixes={dtypes.uint32: "u", dtypes.long: "ll", dtypes.ulong: "ull"}, code_for_op=code_for_op,
+  suffixes={dtypes.uint32: "u", dtypes.long: "ll", dtypes.ulong: "ull"}, code_for_op=c_code_for_op,
   local_prefix="__shared__ __align__(16) ",
   barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
@@ -4336,7 +4367,7 @@ METAL = Renderer(
         {d.vec(2): f"{name}2" for d, name in
          ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
   suffixes={dtypes.uint32: "u", dtypes.long: "l", dtypes.ulong: "ul"},  # Metal's long is 64 bits; it has no long long
-  code_for_op=code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
+  code_for_op=c_code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
   to_bfloat16="bfloat({x})", from_bfloat16="float({x})",
@@ -4553,7 +4584,9 @@ def run_thread(t:Thread):
     if u.op is Ops.END:
       loop = u.src[0]
       vals[loop] += 1
-      if vals[loop] < loop.size: pc = start[loop] + 1; continue
+      if vals[loop] < loop.size:  # back to the loop's first op
+        pc = start[loop] + 1
+        continue
     elif u.op is Ops.BARRIER: yield
     elif u.op is Ops.WMMA: vals[u] = yield tuple(vals[s] for s in u.src)  # the warp's product, its lanes' fragments
     elif u.op is Ops.ASSIGN: vals[u.src[0]] = vals[u.src[1]]  # the accumulator takes its update's value
@@ -4614,8 +4647,10 @@ class Compiled:
     return cache_write(key, ".bin", self.runtime.compile(prog.src))
   def loaded(self, prog:Program) -> Callable|None:  # the program if it is ready to run, as the emulator runs any
     if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
+    key = (prog.name, prog.src)
     with self.lock:
-      if (fn := self.programs.get(key := (prog.name, prog.src))) is not None: self.programs.move_to_end(key)
+      fn = self.programs.get(key)
+      if fn is not None: self.programs.move_to_end(key)  # (used now: the last to go)
     return fn
 
 class DeviceKind(NamedTuple):
@@ -4653,8 +4688,9 @@ class _Device:
   def DEFAULT(self) -> str:
     if os.getenv("DEVICE"): return os.environ["DEVICE"].upper()
     for name in (["METAL"] if sys.platform == "darwin" else []) + ["CUDA"]:
-      try: self[name]; return name
-      except Exception: pass  # no driver, no GPU, or a runtime that won't import: each means "not this one"
+      try: self[name]
+      except Exception: continue  # no driver, no GPU, or a runtime that won't import: each means "not this one"
+      return name
     return "CPU"
 
 Device = _Device()
@@ -4740,7 +4776,9 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if debug >= 4: print(l.prog.src)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
             wait=wait or debug >= 2 or capture is not None)  # (a buffer is allocated when a kernel first uses it)
-    if capture is not None: capture.launches.append((fn, l, [bufs[s] for s in l.slots])); capture.seconds += tm
+    if capture is not None:
+      capture.launches.append((fn, l, [bufs[s] for s in l.slots]))
+      capture.seconds += tm
     if debug >= 2:
       flops, moved = l.prog.info
       print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
@@ -4854,8 +4892,10 @@ class TinyJit:
     finally: call, capturing.now = capturing.now, outer
     self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
     if outer is not None:  # a jit around this one's
-      outer.launches += call.launches; outer.data += call.data
-      outer.computed |= call.computed; outer.made |= call.made
+      outer.launches += call.launches
+      outer.data += call.data
+      outer.computed |= call.computed
+      outer.made |= call.made
     if key not in self.first: self.first[key] = call.fingerprint()
     elif call.fingerprint() != self.first[key]:
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
@@ -4914,7 +4954,9 @@ def graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None
   runs in C, a CUDA graph, one Metal command buffer. None where the device has none (the emulator) or the kernels
   run on several."""
   devices = {l.device for _, l in launches}
-  if len(devices) != 1 or (make := getattr(Device[devices.pop()].runtime, "graph", None)) is None: return None
+  if len(devices) != 1: return None
+  make = getattr(Device[devices.pop()].runtime, "graph", None)
+  if make is None: return None
   return make([(fn, l.slots, l.prog.global_size, l.prog.local_size) for fn, l in launches])
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
