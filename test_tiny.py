@@ -4018,6 +4018,28 @@ def test_a_jit_capture_does_not_run_again_an_assign_run_before_it():
     step(Tensor([1.0, 1.0, 1.0]))
     assert a.tolist() == [-1.0 - i] * 3
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_the_value_an_assign_writes_keeps_it_after_later_writes(device):
+  """d = a * 2; a.assign(d): d read after a is written (and written again) is still what was written, as where ops run
+  at once: not its graph over the buffer the write changed (a * 2 of the new a)."""
+  a = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  d = a * 2
+  a.assign(d)
+  a.realize()
+  assert d.tolist() == [2.0, 4.0, 6.0]
+  a.assign(a + 10)
+  assert a.tolist() == [12.0, 14.0, 16.0] and d.tolist() == [2.0, 4.0, 6.0]
+  rows = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+  b = Tensor(rows, device=device).realize()
+  flipped = b.flip(1)
+  b.assign(flipped)
+  b.assign(b * 0)
+  assert b.tolist() == [[0.0] * 3] * 2 and flipped.tolist() == [row[::-1] for row in rows]
+  c, e = Tensor([1.0, 2.0], device=device).realize(), Tensor([5.0, 6.0], device=device).realize()
+  e.assign(c * 2)  # an assign's x that holds a buffer of its own keeps it: e is written, and stays e
+  c.assign(e)
+  assert c.tolist() == [2.0, 4.0] and e.tolist() == [2.0, 4.0]
+
 def test_assign_checks_shape_and_device():
   a = Tensor([1.0, 2.0])
   with pytest.raises(tiny.ShapeError, match="shape"): a.assign(Tensor([1.0, 2.0, 3.0]))

@@ -2182,7 +2182,11 @@ class Tensor:
     if self.uop.op is not Ops.ASSIGN: self.buffer()  # a whole buffer to write into
     target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
     Tensor._realize_readers({target.src[0]}, self, x)
-    self.uop = UOp(Ops.ASSIGN, self.dtype, (target, x.uop))
+    value = x.uop
+    self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value))
+    # x's graph reads what the write changes: from here x is a copy of what is written (made if x is read), unless it
+    # holds a buffer (its own, written by its assign, or this one)
+    if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and target.src[0] in value.buffers: x.uop = self.clone().uop
     return self
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
