@@ -4040,6 +4040,45 @@ def test_the_value_an_assign_writes_keeps_it_after_later_writes(device):
   c.assign(e)
   assert c.tolist() == [2.0, 4.0] and e.tolist() == [2.0, 4.0]
 
+def test_tensors_of_one_graph_hold_their_own_buffers_once_written():
+  """Equal graphs are one node, realized once: two LayerNorms' ones(4), or x*2 built twice. A write into one (an
+  optimizer's step, an assign) leaves the other as it was, and each parameter gets its own gradient."""
+  l1, l2 = tiny.nn.LayerNorm(4), tiny.nn.LayerNorm(4)
+  params = tiny.nn.state.get_parameters([l1, l2])
+  Tensor.realize(*params)
+  x = Tensor([[1.0, 2.0, 3.0, 4.0]])
+  loss = (l1(x) * Tensor([[1.0, 0.0, 0.0, 0.0]])).sum() + (l2(x) * Tensor([[0.0, 1.0, 0.0, 0.0]])).sum()
+  opt = tiny.nn.optim.SGD(params, lr=0.5)
+  loss.backward()
+  opt.step()
+  xhat = [(v - 2.5) / math.sqrt(1.25 + 1e-5) for v in (1.0, 2.0, 3.0, 4.0)]  # (the layer's normalized x)
+  assert_close(l1.weight.tolist(), [1 - 0.5 * xhat[0], 1.0, 1.0, 1.0])
+  assert_close(l2.weight.tolist(), [1.0, 1 - 0.5 * xhat[1], 1.0, 1.0])
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  a, b = x * 2, x * 2
+  Tensor.realize(a, b)
+  a.assign(a + 10)
+  assert a.tolist() == [12.0, 14.0, 16.0] and b.tolist() == [2.0, 4.0, 6.0]
+  c, d = Tensor(3.0).contiguous().realize(), Tensor(3.0).contiguous().realize()
+  c.assign(c + 10)
+  assert (c.item(), d.item()) == (13.0, 3.0)
+
+def test_optimizers_step_a_0d_parameter():  # against each update written out: p*p*3 has gradient 6p
+  for name in ("SGD", "Adam"):
+    p = Tensor(1.0, requires_grad=True)
+    opt = getattr(tiny.nn.optim, name)([p], lr=0.1)
+    want, m, v = 1.0, 0.0, 0.0
+    for step in range(1, 4):
+      opt.zero_grad()
+      (p * p * 3).backward()
+      opt.step()
+      g = 6 * want
+      if name == "SGD": want -= 0.1 * g
+      else:
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        want -= 0.1 * (m / (1 - 0.9 ** step)) / (math.sqrt(v / (1 - 0.999 ** step)) + 1e-8)
+      assert p.shape == () and math.isclose(p.item(), want, rel_tol=1e-5), (name, step, p.item(), want)
+
 def test_assign_checks_shape_and_device():
   a = Tensor([1.0, 2.0])
   with pytest.raises(tiny.ShapeError, match="shape"): a.assign(Tensor([1.0, 2.0, 3.0]))

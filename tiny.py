@@ -1883,6 +1883,8 @@ class Tensor:
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def _owned(self) -> Tensor:  # its value in a new buffer: a graph built twice is one node, realized into one buffer
+    return Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).assign(self)
   def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as all are)
 
   # --- composites
@@ -2191,12 +2193,16 @@ class Tensor:
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
-    a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written."""
-    live, readers, skipped = {}, [], {id(s) for s in skip}  # readers: in the order they were made, so that a step's
-    for k, ref in Tensor._live.items():                     # plan is found again on the next
+    a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written (a
+    view of a tensor written), unless it is a skipped tensor's very node: two tensors of one graph, realized once
+    (two LayerNorms' ones(n)), each hold their own (copied)."""
+    live, readers, skipped = {}, [], {id(s) for s in skip}
+    twins = {s.uop for s in skip}
+    for k, ref in Tensor._live.items():  # (in the order made, so that a step's plan is found again on the next)
       if (t := ref()) is None: continue
       live[k] = ref  # (the ones alive, kept)
-      if buffers.isdisjoint(t.uop.buffers) or k in skipped or _whole_buffer(t.uop) and t.uop.src[0] in buffers: continue
+      holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in twins
+      if buffers.isdisjoint(t.uop.buffers) or k in skipped or holds: continue
       readers.append(t)
     Tensor._live = live
     for t in readers:
@@ -2390,7 +2396,7 @@ class Optimizer:
     for t, new in zip(self.params, nexts): t.assign(new)
     return self.params + self.state
   def _zeros(self) -> list[Tensor]:  # a tensor of zeros in its own buffer per parameter
-    return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device).contiguous().realize() for t in self.params]
+    return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device)._owned().realize() for t in self.params]
 
 class SGD(Optimizer):
   """p -= lr * g, with g = grad + weight_decay * p; with momentum, b = momentum * b + g, and g = b (nesterov:
@@ -2404,7 +2410,7 @@ class SGD(Optimizer):
     if self.momentum:
       b = self.b[i].assign(self.momentum * self.b[i] + g)
       g = g + self.momentum * b if self.nesterov else b
-    return p - self.lr * g
+    return p - self.lr[0] * g  # (lr[0]: a 0-d parameter stays 0-d)
 
 class Adam(Optimizer):
   """Adam, as torch's: moments m and v of the gradients, corrected for their start at zero; weight_decay adds
@@ -2414,7 +2420,7 @@ class Adam(Optimizer):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
     self.m, self.v = self._zeros(), self._zeros()
-    self.b1_t, self.b2_t = Tensor([1.0], device=self.lr.device), Tensor([1.0], device=self.lr.device)  # b1, b2 ** step
+    self.b1_t, self.b2_t = (Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2))  # b1, b2 ** step
     self.state = self.m + self.v + [self.b1_t, self.b2_t]
   def schedule_step(self) -> list[Tensor]:
     self.b1_t.assign(self.b1_t * self.b1)
@@ -2425,7 +2431,7 @@ class Adam(Optimizer):
     m = self.m[i].assign(self.b1 * self.m[i] + (1 - self.b1) * g)
     v = self.v[i].assign(self.b2 * self.v[i] + (1 - self.b2) * g * g)
     up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
-    return p - self.lr * (up + self.weight_decay * p if self.decoupled else up)
+    return p - self.lr[0] * (up + self.weight_decay * p if self.decoupled else up)
 
 class AdamW(Adam):
   decoupled = True
@@ -2435,8 +2441,10 @@ class AdamW(Adam):
 # Layers: thin wrappers over Tensor methods, with tinygrad's parameter names and initialization, so that state dict keys
 # match tinygrad's (and torch's)
 
-def parameter(t:Tensor|None) -> Tensor|None:  # a layer's parameter: it requires grad
-  if t is not None: t.requires_grad = True
+def parameter(t:Tensor|None) -> Tensor|None:  # a layer's parameter, in a buffer of its own: it requires grad
+  if t is not None:
+    t = t._owned()
+    t.requires_grad = True
   return t
 
 class Linear:
