@@ -4476,6 +4476,32 @@ def test_float_remainders_are_exact_where_a_quotient_rounds_to_a_whole_number(de
   assert (Tensor([1.0, -1.0], device=device) // 0.0).tolist() == [INF, -INF]  # x / 0, as torch's
   assert all(map(math.isnan, (Tensor([1.0, 0.0], device=device) % 0.0).tolist()))
 
+def test_activations_have_their_slope_at_zero():  # as calculus (and torch) says: not 0, nor nan, from |x|'s tie at 0
+  slopes = {"sigmoid": 0.25, "tanh": 1.0, "softplus": 0.5, "erf": 2 / math.sqrt(math.pi), "asinh": 1.0, "elu": 1.0,
+            "atan": 1.0, "logsigmoid": 0.5}
+  for name, want in slopes.items():
+    x = Tensor([0.0], requires_grad=True)
+    getattr(x, name)().sum().backward()
+    assert math.isclose(x.grad.item(), want, rel_tol=1e-4), (name, x.grad.item(), want)
+
+def test_composites_at_their_edges_match_torch_too():
+  assert Tensor([183.0, -7.5, 7.0]).div(Tensor([61.0, 2.0, 0.0]), rounding_mode="trunc").tolist() == [3.0, -3.0, INF]
+  assert Tensor([-INF, INF, 1.0]).logaddexp(Tensor([-INF, INF, 1.0])).tolist()[:2] == [-INF, INF]
+  assert Tensor([1e20]).asinh().item() == pytest.approx(math.asinh(1e20)) == Tensor([1e20]).acosh().item()
+  assert Tensor([100.0] * 1000).half().mean().item() == 100.0  # (the sum, 1e5, is past half's 65504)
+  assert Tensor([300.0] * 10 + [0.0]).half().var().item() == pytest.approx(8181.8, rel=1e-3)
+  assert Tensor([2048.0, 1, 1, 1, 1]).half().cumsum().tolist() == [2048.0, 2048.0, 2050.0, 2052.0, 2052.0]
+  assert Tensor([0.0, 1.0]).binary_crossentropy(Tensor([0.0, 1.0])).item() == 0.0  # (log clamped at -100, as torch's)
+  assert Tensor([[3.0, -4.0]]).normalize(p=math.inf).tolist() == [[0.75, -1.0]]
+  assert Tensor([[1, 5], [3, 2]]).argmax(keepdim=True).tolist() == [[1]]
+  assert Tensor([True, False]).isclose(Tensor([True, True])).tolist() == [True, False]
+  class Real(float): pass  # (a float of another type, as numpy's float64: -0.0 and 0.0 stay apart in the cache too)
+  for zero in (0.0, Real(0.0), -0.0, Real(-0.0)):
+    got = Tensor([True, False]).where(zero, 1.0).tolist()[0]
+    assert math.copysign(1, got) == math.copysign(1, zero), zero
+  with pytest.raises(IndexError, match="ints"): Tensor([1.0, 2.0]).gather(0, Tensor([0.0]))
+  with pytest.raises(RuntimeError, match="approximate"): Tensor([1.0]).gelu(approximate="foo")
+
 def test_float_checks_and_closeness():
   x = Tensor([1.0, math.nan, math.inf, -math.inf, -0.0])
   assert x.isnan().tolist() == [False, True, False, False, False]

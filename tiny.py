@@ -271,7 +271,7 @@ class MathMixin:
   def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
   def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
 
-def arg_key(arg): return (float, repr(arg)) if type(arg) is float else arg  # keeps -0.0, 0.0 and nan apart
+def arg_key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  # keeps -0.0, 0.0 and nan apart
 
 def postorder(roots:Iterable[UOp], sources:Callable[[UOp], Sequence[UOp]],
               known:Callable[[UOp], bool]=lambda u: False) -> list[UOp]:
@@ -1203,6 +1203,7 @@ class Tensor:
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
   alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
+  def _wide(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()  # >= float32
   def _unary(self, op:Ops) -> Tensor:  # a 16-bit float's transcendental runs in float32: not every dialect has one
     x = self._float()
     wide = x if x.dtype.itemsize >= 4 else x.cast(dtypes.float)
@@ -1219,19 +1220,19 @@ class Tensor:
     if rounding_mode not in (None, "trunc", "floor"):
       raise RuntimeError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")  # (torch's error)
     if rounding_mode == "floor": return a.divmod(b)[0]
-    if rounding_mode == "trunc" and dtypes.is_int(a.dtype): return a._like(a.uop.alu(Ops.IDIV, b.uop))
-    q = a._float() * b._float().reciprocal()
-    return q.trunc() if rounding_mode == "trunc" else q
+    if rounding_mode == "trunc": return a._trunc_div(b)
+    return a._float() * b._float().reciprocal()
+  def _trunc_div(self, b:Tensor) -> Tensor:
+    """The quotient rounded toward 0: C's / for ints; for floats, what fmod leaves divided by b, exact but for rounding
+    (a * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as torch's."""
+    if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
+    return (b == 0).where(self / b, ((self - self.fmod(b)) / b).round()._signed_zero(self / b))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
-    """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both come
-    from the remainder of a quotient rounded toward 0: C's % for ints (0 where the divisor is, as python_alu says),
-    its exact fmod for floats, whose quotient is what is left divided by b, a whole number but for rounding (and
-    x // 0 is x / 0, as torch's)."""
+    """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
+    quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is, as python_alu says)."""
     a, b = self._broadcast(x)
-    r = a.fmod(b)
+    q, r = a._trunc_div(b), a.fmod(b)
     up = (r != 0) & ((r < 0) != (b < 0))  # rounded toward 0, a negative quotient rounded up: floor is one lower
-    if dtypes.is_int(a.dtype): q = a._like(a.uop.alu(Ops.IDIV, b.uop))
-    else: q = (b == 0).where(a / b, ((a - r) / b).round()._signed_zero(a / b))
     return up.where(q - 1, q), up.where(r + b, r)
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
@@ -1300,7 +1301,8 @@ class Tensor:
   def relu(self) -> Tensor: return (self > 0).where(self, 0)  # tinygrad's: its gradient at 0 is 0 (maximum's is 1/2)
   @composite
   def sigmoid(self) -> Tensor:  # from e^-|x| <= 1: no inf in the value or the gradient
-    e = (-self._float().abs()).exp()
+    x = self._float()
+    e = (self >= 0).where(-x, x).exp()  # (not -|x|: |x|'s gradient at 0 is 0)
     return (self >= 0).where(1 / (1 + e), e / (1 + e))
   @composite
   def tanh(self) -> Tensor: return 2 * (2 * self._float()).sigmoid() - 1
@@ -1311,26 +1313,35 @@ class Tensor:
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def log10(self) -> Tensor: return self.log2() * math.log10(2)
   def tan(self) -> Tensor: return self.sin() / self.cos()
+  def _odd(self, f:Callable[[Tensor], Tensor]) -> Tensor:  # f(|x|) with x's sign, for an odd f: at 0 its slope is f's
+    x = self._float()
+    r = f((x >= 0).where(x, -x))
+    return (x < 0).where(-r, r)
   def atan(self) -> Tensor:
     """For |x| <= 1, twice halved (atan x = 2 atan(x / (1 + sqrt(1 + x^2)))) to |x| <= 0.2, then its odd series to
-    x^15 (error below 2e-12); for |x| > 1, pi/2 - atan(1/x), with x's sign."""
-    x = self._float()
-    big = x.abs() > 1
-    y = big.where(x.abs().reciprocal(), x.abs())
-    for _ in range(2): y = y / (1 + (1 + y * y).sqrt())
-    series = y * sum(((-1) ** k / (2 * k + 1)) * (y * y) ** k for k in range(8)) * 4
-    return big.where(math.pi / 2 - series, series) * x.sign()
+    x^15 (error below 2e-12); for |x| > 1, pi/2 - atan(1/x)."""
+    def of(a:Tensor) -> Tensor:
+      big = a > 1
+      y = big.where(a.maximum(1).reciprocal(), a)
+      for _ in range(2): y = y / (1 + (1 + y * y).sqrt())
+      series = y * sum(((-1) ** k / (2 * k + 1)) * (y * y) ** k for k in range(8)) * 4
+      return big.where(math.pi / 2 - series, series)
+    return self._odd(of)
   def asin(self) -> Tensor: return (self._float() / (1 - self._float().square()).sqrt()).atan()
   def acos(self) -> Tensor: return math.pi / 2 - self.asin()
   def sinh(self) -> Tensor: return (self.exp() - (-self._float()).exp()) / 2
   def cosh(self) -> Tensor: return (self.exp() + (-self._float()).exp()) / 2
-  def asinh(self) -> Tensor: return (self.abs() + (self._float().square() + 1).sqrt()).log() * self.sign()
-  def acosh(self) -> Tensor: return (self + (self._float().square() - 1).sqrt()).log()
+  def asinh(self) -> Tensor: return self._odd(lambda a: a._arc(1))
+  def acosh(self) -> Tensor: return self._float()._arc(-1)
+  def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, where x^2 would overflow, log(2x)
+    return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
   def atanh(self) -> Tensor: return ((1 + self._float()) / (1 - self._float())).log() / 2
   def erf(self) -> Tensor:  # Abramowitz and Stegun 7.1.26: error below 1.5e-7
-    t = 1 / (1 + 0.3275911 * self.abs())
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return (1 - poly * (-self._float().square()).exp()) * self.sign()
+    def of(a:Tensor) -> Tensor:
+      t = 1 / (1 + 0.3275911 * a)
+      poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+      return 1 - poly * (-a.square()).exp()
+    return self._odd(of)
   def sign(self) -> Tensor: return (self != 0).where((self < 0).where(-1, 1), 0) + self * 0  # (+ x*0: nan stays nan)
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
@@ -1365,6 +1376,7 @@ class Tensor:
   def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
   def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor:
     other = self._const(other)
+    if self.dtype == dtypes.bool: return self == other
     near = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
     return near | (self.isinf() | other.isinf()) & (self == other) | self.isnan() & other.isnan() & equal_nan
   def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
@@ -1376,8 +1388,9 @@ class Tensor:
     a, b = self._broadcast(x)
     wide = dtypes.float if dtypes.is_float(a.dtype) and a.dtype.itemsize < 4 else a.dtype
     return a._like(a.cast(wide).uop.alu(Ops.MOD, b.cast(wide).uop)).cast(a.dtype)
-  def logaddexp(self, other) -> Tensor:
-    m = self.maximum(other)
+  def logaddexp(self, other) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
+    m = self.maximum(other).detach()
+    m = m.isinf().where(0, m)  # (an infinite one would be inf - inf: nan)
     return m + ((self - m).exp() + (other - m).exp()).log()
   def pow(self, x) -> Tensor:
     """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
@@ -1408,7 +1421,7 @@ class Tensor:
   def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
   def leaky_relu(self, neg_slope=0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def elu(self, alpha=1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
+  def elu(self, alpha=1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
   def celu(self, alpha=1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
   def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor:
     return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
@@ -1417,12 +1430,14 @@ class Tensor:
   swish = silu
   @composite
   def gelu(self, approximate="tanh") -> Tensor:  # x P(X <= x) for a standard normal X; "tanh": its approximation
+    if approximate not in ("none", "tanh"):
+      raise RuntimeError(f"gelu's approximate is 'none' or 'tanh', not {approximate!r}")  # (torch's error)
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
   def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
   def softplus(self, beta=1.0) -> Tensor:  # log(1 + e^(bx)) / b, as max(bx, 0) + log(1 + e^-|bx|): no overflow
     x = self * beta
-    return (x.relu() + (1 + (-x.abs()).exp()).log()) / beta
+    return (x.maximum(0) + (1 + (-x.abs()).exp()).log()) / beta  # (maximum: the slope 1/2 at 0, as relu's is 0)
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softsign(self) -> Tensor: return self / (1 + self.abs())
   def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor:
@@ -1458,9 +1473,9 @@ class Tensor:
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
   @composite
-  def mean(self, axis=None, keepdim=False) -> Tensor:
+  def mean(self, axis=None, keepdim=False) -> Tensor:  # (of 16-bit floats, divided in float32: the sum may pass 65504)
     count = prod(self.shape[i] for i in self._axes(axis))
-    return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
+    return (self._wide().sum(axis, keepdim) * (1 / count if count else math.nan)).cast(self._float().dtype)
   @composite
   def softmax(self, axis=-1) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
     e = (self._float() - self.max(axis, keepdim=True).detach()).exp()
@@ -1481,19 +1496,22 @@ class Tensor:
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   @composite
-  def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
-    n = prod(self.shape[i] for i in self._axes(axis))
-    return (self - self.mean(axis, keepdim=True)).square().sum(axis, keepdim).div(max(0, n - correction))
+  def var(self, axis=None, keepdim=False, correction=1) -> Tensor:  # (of 16-bit floats, in float32, as mean)
+    n, x = prod(self.shape[i] for i in self._axes(axis)), self._wide()
+    squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return squares.div(max(0, n - correction)).cast(self._float().dtype)
   def std(self, axis=None, keepdim=False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim=False, correction=1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis=None, keepdim=False, correction=1) -> tuple[Tensor, Tensor]:
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
   def normalize(self, p=2.0, dim=1, eps=1e-12) -> Tensor:  # divided by its p-norm along dim (p=0: how many aren't 0)
-    norm = (self != 0).sum(dim, keepdim=True) if p == 0 else self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+    if p == 0: norm = (self != 0).sum(dim, keepdim=True)
+    elif math.isinf(p): norm = self.abs().max(dim, keepdim=True) if p > 0 else self.abs().min(dim, keepdim=True)
+    else: norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
     return self / norm.maximum(eps)
   def argmax(self, axis=None, keepdim=False) -> Tensor:  # the first of the largest
-    if axis is None: return self.flatten().argmax(0)
+    if axis is None: return self.flatten().argmax(0).reshape((1,) * self.ndim if keepdim else ())
     # stored first, then compared with its max: a C compiler fuses a*b+c where it likes, so x computed again in
     # another kernel than the max's could differ in the last bit, and match no element of it
     d, x = self._dim(axis), self.contiguous()
@@ -1514,6 +1532,7 @@ class Tensor:
     if not self.ndim:
       self._dim(axis)  # (checked: a 0-d tensor takes 0 or -1)
       return self
+    if dtypes.is_float(self.dtype) and self.dtype.itemsize < 4: return self.float()._scan(op, axis).cast(self.dtype)
     (x, back), fill = self._last(axis), identity(op, self.dtype).arg
     n, block = x.shape[-1], 16
     if n <= block:
@@ -1745,6 +1764,7 @@ class Tensor:
     return [span(i, n) for i, n in zip(idx, self.shape)]
   def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
+    if not dtypes.is_int(index.dtype): raise IndexError(f"{op}'s index must be of ints, not {index.dtype.name}")
     if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
       raise ShapeError(f"{op}'s index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
     return d
@@ -2121,7 +2141,7 @@ class Tensor:
     loss = -((1 - label_smoothing) * picked + label_smoothing * logp.mean(-1)) * keep
     return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
   def binary_crossentropy(self, Y:Tensor, reduction="mean") -> Tensor:
-    return (-Y * self.log() - (1 - Y) * (1 - self).log())._reduction(reduction)
+    return (-Y * self.log().maximum(-100) - (1 - Y) * (1 - self).log().maximum(-100))._reduction(reduction)  # (torch's)
   def binary_crossentropy_logits(self, Y:Tensor, reduction="mean", pos_weight:Tensor|None=None) -> Tensor:
     return (-((1 if pos_weight is None else pos_weight) * Y * self.logsigmoid()
               + (1 - Y) * (-self).logsigmoid()))._reduction(reduction)
@@ -2314,7 +2334,9 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again
 # by each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
-def _lasting(u:UOp) -> UOp: return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
+def _lasting(u:UOp) -> UOp:  # (an assign's: the buffer it writes, which the tensor is a view of once realized)
+  if u.op is Ops.ASSIGN: u = u.src[0]
+  return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
 def on_grad_paths(roots:list[UOp]) -> set[UOp]:
   """The roots whose graphs read a tensor requiring grad: through their sources, and what a realized node was computed
   from. (A few more than gradients reach, as a detached view's; each walk stops at the first it finds, and makes none
