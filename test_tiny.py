@@ -4063,6 +4063,14 @@ def test_tensors_of_one_graph_hold_their_own_buffers_once_written():
   c.assign(c + 10)
   assert (c.item(), d.item()) == (13.0, 3.0)
 
+def test_equal_constants_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
+  a, b = Tensor(1.0, requires_grad=True), Tensor(1.0, requires_grad=True)
+  (a * 2 + b * 3).backward()
+  assert (a.grad.item(), b.grad.item()) == (2.0, 3.0)
+  c, d = Tensor.zeros(2, requires_grad=True), Tensor.zeros(2, requires_grad=True)
+  (c * 2 + d * 3).sum().backward()
+  assert (c.grad.tolist(), d.grad.tolist()) == ([2.0, 2.0], [3.0, 3.0])
+
 def test_optimizers_step_a_0d_parameter():  # against each update written out: p*p*3 has gradient 6p
   for name in ("SGD", "Adam"):
     p = Tensor(1.0, requires_grad=True)

@@ -2154,6 +2154,9 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
+    # a constant (zeros(3), Tensor(1.0)) is one node with every equal one: in a buffer of its own, or its gradient
+    # would be theirs too
+    if value and not self.uop.buffers: self.uop = self._owned().uop
     if value:
       Tensor._trainable[id(self)] = self
       trainable_nodes.add(_lasting(self.uop))
