@@ -3913,6 +3913,8 @@ def test_argmax_and_cummax_point_at_a_max_however_a_compiler_fuses_their_input(s
     where = x.cummax(axis)[1]
     running = [[row[i] for i in idx] for row, idx in zip(rows, (where.T if axis == 0 else where).tolist())]
     assert running == [list(itertools.accumulate(row, max)) for row in rows]
+    values = x.sort(axis)[0]  # the values themselves, each placed once
+    assert (values.T if axis == 0 else values).tolist() == [sorted(row) for row in rows]
 
 def test_a_max_reduce_gets_its_gradient_however_a_compiler_fuses_its_input():
   """x*-1.5 - y is one fused multiply-add in one kernel and two roundings in another, as a C compiler chooses: the

@@ -1571,7 +1571,7 @@ class Tensor:
     """Sorted values and where they were: each element's place is how many come before it (equal ones in their order:
     a stable sort), and each place takes the element whose place it is. Comparisons of every pair: n^2 work."""
     if not self.ndim: return self, Tensor(0, dtypes.int32, self.device)
-    x, back = self._last(dim)
+    x, back = self.contiguous()._last(dim)  # (stored: its values are the ones compared and placed, see argmax)
     a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
     def below(p, q): return (p < q) | (p == p) & (q != q)  # a nan above every number, as torch sorts
     same = (b == a) | (a != a) & (b != b)
