@@ -2581,12 +2581,20 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
   try: header = json.loads(raw[8:8 + size])
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ValueError(f"{path}: its header is not JSON ({e})") from None
+  if not isinstance(header, dict): raise ValueError(f"{path}: its header is not a JSON object of tensors")
   data, out = memoryview(raw)[8 + size:], {}
   for name, info in header.items():
     if name == "__metadata__": continue
-    if info.get("dtype") not in SAFETENSORS_DTYPES:
-      raise ValueError(f"{path}: {name!r} has dtype {info.get('dtype')!r}, not one of {', '.join(SAFETENSORS_DTYPES)}")
-    dtype, shape, (start, end) = SAFETENSORS_DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
+    if not isinstance(info, dict) or info.keys() < {"dtype", "shape", "data_offsets"}:
+      raise ValueError(f"{path}: {name!r} is {info!r}, not a dtype, shape and data_offsets")
+    if info["dtype"] not in SAFETENSORS_DTYPES:
+      raise ValueError(f"{path}: {name!r} has dtype {info['dtype']!r}, not one of {', '.join(SAFETENSORS_DTYPES)}")
+    try:
+      dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
+      start, end = info["data_offsets"]
+      if not isinstance(start, int) or not isinstance(end, int): raise TypeError
+    except (TypeError, ValueError, ShapeError):
+      raise ValueError(f"{path}: {name!r} has shape {info['shape']!r}, offsets {info['data_offsets']!r}") from None
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
       raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
     out[name] = Tensor.empty(*shape, dtype=dtype, device=device)
