@@ -4073,6 +4073,20 @@ def test_equal_constants_that_require_grad_get_their_own_gradients():  # (one no
   (c * 2 + d * 3).sum().backward()
   assert (c.grad.tolist(), d.grad.tolist()) == ([2.0, 2.0], [3.0, 3.0])
 
+def test_nll_loss_of_one_sample_and_batchnorm_of_one_value_per_channel():  # as torch's
+  logp = [math.log(v) for v in (0.2, 0.5, 0.3)]
+  for reduction in ("mean", "sum", "none"):
+    got = Tensor(logp).nll_loss(Tensor(1), reduction=reduction)
+    assert got.shape == () and math.isclose(got.item(), -logp[1], rel_tol=1e-6)
+  with Tensor.train(), pytest.raises(ValueError, match="more than 1 value per channel"):
+    tiny.nn.BatchNorm(3)(Tensor([[1.0, 2.0, 3.0]]))
+  b1, b2 = tiny.nn.BatchNorm(2), tiny.nn.BatchNorm(2)  # their running means: zeros(2) each, one node until written
+  with Tensor.train():
+    b1(Tensor([[1.0, 2.0], [3.0, 4.0]]))
+    b2(Tensor([[0.0, 6.0], [2.0, 8.0]]))
+  assert_close(b1.running_mean.tolist(), [0.2, 0.3])
+  assert_close(b2.running_mean.tolist(), [0.1, 0.7])
+
 def test_optimizers_step_a_0d_parameter():  # against each update written out: p*p*3 has gradient 6p
   for name in ("SGD", "Adam"):
     p = Tensor(1.0, requires_grad=True)

@@ -2130,6 +2130,9 @@ class Tensor:
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
     return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
   def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
+    if self.ndim == 1:  # one sample, (C,), and a 0-d target: as a batch of one
+      loss = self.unsqueeze(0).nll_loss(Y.reshape(1), weight, ignore_index, reduction)
+      return loss.reshape(()) if reduction == "none" else loss
     w = Y.ones_like(dtypes.float) if weight is None else weight[Y]
     if ignore_index is not None: w = w * (Y != ignore_index)
     loss = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * w
@@ -2204,7 +2207,7 @@ class Tensor:
     x = self._const(x).cast(self.dtype)
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
-    if self.uop.op is not Ops.ASSIGN: self.buffer()  # a whole buffer to write into
+    if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop): self.uop = self._owned().uop  # one to write into
     target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
     Tensor._realize_readers({target.src[0]}, self, x)
     value = x.uop
@@ -2519,6 +2522,7 @@ class BatchNorm:
       var = (x - mean.detach().reshape(1, -1, *(1,) * (x.ndim - 2))).square().mean(axes)
       if self.track_running_stats and Tensor.training:
         n = x.numel() / x.shape[1]
+        if n < 2: raise ValueError(f"Expected more than 1 value per channel when training, got input size {x.shape}")
         self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
         self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * n / (n - 1) * var.detach())
         self.num_batches_tracked.assign(self.num_batches_tracked + 1)
