@@ -4721,6 +4721,11 @@ def test_conv_transpose2d_matches_a_direct_spread(stride, padding, dilation, gro
            lambda a, b: _conv_transpose_ref(a, b, stride, padding, dilation, groups),
            (x, (1, 4, 4, 3)), (w, (4, 2, 3, 2)))
 
+def test_conv_transpose2d_to_an_empty_output_is_empty():  # (as torch's: the padding cuts every row)
+  y = Tensor.ones(1, 2, 2, 4).conv_transpose2d(Tensor.ones(2, 2, 1, 2), groups=2, stride=(1, 3), dilation=(2, 2),
+                                               padding=(1, 1), output_padding=(0, 2))
+  assert y.shape == (1, 4, 0, 12) and y.tolist() == [[[], [], [], []]]
+
 def test_interpolate_sdpa_and_einsum_match_their_formulas():
   rng = random.Random(10)
   vals = Tensor(_vals(rng, 1 * 2 * 3 * 4)).tolist()  # (float32 values: nearest picks them exactly)

@@ -1981,6 +1981,10 @@ class Tensor:
     (c, per_group, *kernel), dims = weight.shape, weight.ndim - 2
     stride, dilation, output_padding = per_dim(stride, dims), per_dim(dilation, dims), per_dim(output_padding, dims)
     padding = Tensor._pads(padding, dims)
+    # its size: where the padding cuts every row of a dim, empty, as torch's (there is nothing to compute)
+    out = [(n - 1) * s - b - a + d * (k - 1) + op + 1
+           for n, s, (b, a), d, k, op in zip(self.shape[2:], stride, padding, dilation, kernel, output_padding)]
+    if 0 in out: return Tensor.zeros(self.shape[0], groups * per_group, *out, dtype=self.dtype, device=self.device)
     x = self
     for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
       d, k = 2 + i, x.shape[2 + i]
