@@ -95,7 +95,7 @@ class dtypes:
   float16 = half = DType(9, 2, "half", "e")
   bfloat16 = DType(9, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
   float32 = float = DType(10, 4, "float", "f")
-  float64 = double = DType(11, 8, "double", "d")  # (transcendentals of a double run in float32: see Tensor._unary)
+  float64 = double = DType(11, 8, "double", "d")
   all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, uint64, float16, bfloat16, float32, float64)
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
@@ -1205,9 +1205,7 @@ class Tensor:
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
   def _wide(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()  # >= float32
   def _unary(self, op:Ops) -> Tensor:  # a 16-bit float's transcendental runs in float32: not every dialect has one
-    x = self._float()
-    wide = x if x.dtype.itemsize >= 4 else x.cast(dtypes.float)
-    return self._like(wide.uop.alu(op)).cast(x.dtype)
+    return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -2166,7 +2164,7 @@ class Tensor:
     if value and not self.uop.buffers: self.uop = self._owned().uop
     if value:
       Tensor._trainable[id(self)] = self
-      trainable_nodes.add(_lasting(self.uop))
+      trainable_nodes.add(_held_in(self.uop))
     else: Tensor._trainable.pop(id(self), None)
   def gradient(self, *targets:Tensor, gradient:Tensor|None=None, materialize_grads=False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. One
@@ -2344,7 +2342,7 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again
 # by each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
-def _lasting(u:UOp) -> UOp:  # (an assign's: the buffer it writes, which the tensor is a view of once realized)
+def _held_in(u:UOp) -> UOp:  # the BUFFER a view of one or an assign into one holds (a realized assign: a view of it)
   if u.op is Ops.ASSIGN: u = u.src[0]
   return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
 def on_grad_paths(roots:list[UOp]) -> set[UOp]:
@@ -2356,7 +2354,7 @@ def on_grad_paths(roots:list[UOp]) -> set[UOp]:
     stack, seen = [root], set()
     while stack:
       if (u := stack.pop()) in seen or u in clear: continue
-      if _lasting(u) in trainable_nodes: return True
+      if _held_in(u) in trainable_nodes: return True
       seen.add(u)
       stack += _read_sources(u)
     clear.update(seen)
@@ -2956,9 +2954,6 @@ def kernel_inputs(sink:UOp, realize:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]
       if u in realize or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
       else: stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return reads
-
-def _held_in(u:UOp) -> UOp:  # the BUFFER a read node is in: an assign's is its target's
-  return u.src[0].src[0] if u.op is Ops.ASSIGN else u
 
 def _in_place(u:UOp) -> bool:  # u reads each source where it is: not a reduce, nor a view that moves (a whole buffer's)
   return u.op is not Ops.REDUCE_AXIS and (u.op is not Ops.VIEW or _whole_buffer(u))
