@@ -1105,6 +1105,10 @@ def test_cheap_work_is_recomputed_where_it_is_read():
   t = a + b
   assert len(tiny.render(t.sum(0), t.sum(1))) == 2  # read by two kernels of different shapes, computed in each
   assert len(tiny.render(a.exp() * 2)) == 1  # dear, but read once
+  # dear and read by both sides of a where and its condition, whose paths meet again there: computed once, not stored
+  e = a.exp()
+  assert [len(i.outs) for i in tiny.schedule([(e > 1).where(e.sqrt() * 2 + 1, (e * e + 1).log())])] == [1]
+  assert [[len(i.outs) for i in tiny.schedule([f(a)])] for f in (Tensor.gelu, Tensor.tanh, Tensor.mish)] == [[1]] * 3
 
 def test_debug2_says_why_each_kernel_stores(monkeypatch, capsys):
   a, w = realized((37, 53), (53, 19))
