@@ -194,7 +194,7 @@ class GroupOp:
          Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
-  Elementwise = ALU | {Ops.CAST}  # an element from the elements at its place
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}  # an element from the elements at its place
   Moved = Elementwise | {Ops.VIEW}  # an element from elements at places computed from its own
 
 # the named args of kernel-level nodes
