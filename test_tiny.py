@@ -4536,7 +4536,8 @@ def test_activations_have_their_slope_at_zero():  # as calculus (and torch) says
 
 def test_activations_keep_their_values_and_gradients_at_the_tails():
   """A where's unused side still multiplies its zero by that side's slope: e^x overflowing there made elu's and celu's
-  gradient nan at 100. log(1 + e^-x) and 1 + tanh(z) cancel at the tails: softplus(-30) was 0, and gelu's tanh form
+  gradient nan at 100. log(1 + e^-x) and 1 + tanh(z) cancel at the tails: softplus(-30) and logaddexp(0, -30) were 0,
+  and gelu's tanh form
   0.4% off at -4.2 (as 2 sigmoid(2z) it is exact). cosh's slope near 0 was e^x - e^-x, cancelling to 5e-9."""
   def slope(f, at: float) -> float:
     x = Tensor([at], requires_grad=True)
@@ -4544,6 +4545,7 @@ def test_activations_keep_their_values_and_gradients_at_the_tails():
     return x.grad.item()
   assert slope(Tensor.elu, 100.0) == 1.0 and slope(lambda x: x.celu(2.0), 100.0) == 1.0
   assert Tensor([-30.0]).softplus().item() == pytest.approx(math.log1p(math.exp(-30)), rel=1e-6)
+  assert Tensor([0.0]).logaddexp(-30.0).item() == pytest.approx(math.log1p(math.exp(-30)), rel=1e-6)
   z = math.sqrt(2 / math.pi) * (-4.2224626541137695 + 0.044715 * -4.2224626541137695 ** 3)
   assert Tensor([-4.2224626541137695]).gelu().item() == pytest.approx(-4.2224626541137695 / (1 + math.exp(-2 * z)),
                                                                        rel=1e-6)

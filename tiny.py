@@ -1420,10 +1420,10 @@ class Tensor:
     a, b = self._broadcast(x)
     wide = dtypes.float if dtypes.is_float(a.dtype) and a.dtype.itemsize < 4 else a.dtype
     return a._like(a.cast(wide).uop.alu(Ops.MOD, b.cast(wide).uop)).cast(a.dtype)
-  def logaddexp(self, other) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
-    m = self.maximum(other).detach()
-    m = m.isinf().where(0, m)  # (an infinite one would be inf - inf: nan)
-    return m + ((self - m).exp() + (other - m).exp()).log()
+  def logaddexp(self, other) -> Tensor:  # max(a, b) + log1p(e^-|a - b|): no exp overflows, no log cancels
+    a, b = self._broadcast(other)
+    apart = (a == b).where(0, (a - b).abs())  # (two equal infinities are 0 apart, not nan)
+    return a.maximum(b) + (-apart).exp()._log1p()
   def pow(self, x) -> Tensor:
     """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
     the power is odd, nan for a finite negative base to a non-integer power, 1 for x^0, 1^y and (-1)^inf, as C's pow.
