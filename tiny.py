@@ -1350,7 +1350,7 @@ class Tensor:
     return self._odd(lambda a: a._near(0, 1, near, lambda a: (a.exp() - (-a).exp()) / 2))
   def cosh(self) -> Tensor: return 1 + 2 * (self._float() / 2).sinh().square()  # (its slope, sinh x, is exact near 0)
   def asinh(self) -> Tensor:  # below 2, log1p(x + x^2 / (1 + sqrt(x^2 + 1)))
-    near = lambda b: (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()  # noqa: E731
+    def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
     return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt((x - 1)(x + 1)))
     return self._float()._near(1, 2, lambda b: (b - 1 + ((b - 1) * (b + 1)).sqrt())._log1p(), lambda a: a._arc(-1))
@@ -2935,7 +2935,7 @@ def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str], place
   kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0); a where of two formulas of x, and
   its condition, read it three times). The paths' heads move on, the earliest first, until one is left."""
   heads = set(consumers[u])
-  for _ in range(256):  # (a few ops: where they meet no further, u's consumers are its readers)
+  for _ in range(256):  # (a short walk: paths that meet further on count as apart)
     if len(heads) == 1: return list(heads)
     first = min(heads, key=place.__getitem__)
     if first in stored or first.op not in GroupOp.Elementwise or not consumers[first]: break
@@ -3261,8 +3261,8 @@ LOG2_E = 1.4426950216293335  # 1 / ln 2 as a float32 holds it: Tensor.exp's cons
 def approximations(ops:frozenset[Ops]) -> PatternMatcher:
   # e**x as Tensor.exp writes it, 2**(x * log2(e)), is reduced by ln 2 from x itself: x * log2(e) rounded is |x| ulps off
   exp = UPat(Ops.EXP2, dtypes.float, src=(UPat(Ops.MUL, src=[UPat.var("x"), UPat(Ops.CONST, arg=LOG2_E)]),))
-  return PatternMatcher([(exp, lambda x: _exp(x))] * (Ops.EXP2 in ops) +
-                        [(UPat(op, dtypes.float, name="u"), lambda u: transcendental[u.op](u.src[0])) for op in ops])
+  rules = [(UPat(op, dtypes.float, name="u"), lambda u: transcendental[u.op](u.src[0])) for op in ops]
+  return PatternMatcher([(exp, _exp)] + rules if Ops.EXP2 in ops else rules)
 
 def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
   return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
