@@ -4769,6 +4769,10 @@ def test_conv_transpose2d_to_an_empty_output_is_empty():  # (as torch's: the pad
                                                padding=(1, 1), output_padding=(0, 2))
   assert y.shape == (1, 4, 0, 12) and y.tolist() == [[[], [], [], []]]
 
+def test_an_int_image_interpolates_to_the_nearest_value():  # (as torch's: not truncated)
+  x = Tensor([[[[0, 3, 7, 200]]]], dtype=dtypes.uint8).interpolate((1, 7), mode="linear", align_corners=True)
+  assert x.dtype == dtypes.uint8 and x.tolist() == [[[[0, 2, 3, 5, 7, 104, 200]]]]
+
 def test_interpolate_sdpa_and_einsum_match_their_formulas():
   rng = random.Random(10)
   vals = Tensor(_vals(rng, 1 * 2 * 3 * 4)).tolist()  # (float32 values: nearest picks them exactly)

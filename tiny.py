@@ -2088,7 +2088,7 @@ class Tensor:
         frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
         x = x[(*near, low.int())].lerp(x[(*near, (low + 1).minimum(n - 1).int())], frac)
       else: x = x[(*near, ((at + 0.5 if mode == "nearest-exact" else at) * (n / new)).int().minimum(n - 1))]
-    return x.cast(self.dtype)
+    return (x if x.dtype == self.dtype else x.round()).cast(self.dtype)  # (an int image's lerps rounded, as torch's)
   def scaled_dot_product_attention(self, key:Tensor, value:Tensor, attn_mask:Tensor|None=None, dropout_p=0.0,
                                    is_causal=False, enable_gqa=False) -> Tensor:
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps where True, is_causal keeps each query's past and itself;
