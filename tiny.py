@@ -4605,6 +4605,7 @@ class Emulator:
 
   def program(self, prog:Program) -> Callable:
     core = next((TENSOR_CORES[u.arg] for u in prog.uops if u.op is Ops.WMMA), None)
+    starts = {u: i for i, u in enumerate(prog.uops) if u.op is Ops.RANGE}  # each loop's place, where END jumps back
     def run(*bufs, global_size, local_size, wait=False):
       start = time.perf_counter()
       # each thread runs to its next barrier (or a warp's WMMA, which its lanes get the product of); those that
@@ -4612,7 +4613,7 @@ class Emulator:
       lids = [lid[::-1] for lid in itertools.product(*[range(n) for n in local_size[::-1]])]
       for gid in itertools.product(*[range(n) for n in global_size]):
         local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
-        sent = {run_thread(Thread(prog, bufs, local, gid, lid)): None for lid in lids}
+        sent = {run_thread(Thread(prog, bufs, local, gid, lid), starts): None for lid in lids}
         while sent:
           asked = {}
           for t, reply in sent.items():
@@ -4683,17 +4684,16 @@ def warp_product(core:TensorCore, fragments:list[tuple]) -> list[tuple]:
        for i in range(m) for j in range(n)}
   return [tuple(d[core.c(lane, i)] for i in range(core.elements[2])) for lane in range(len(fragments))]
 
-def run_thread(t:Thread):
+def run_thread(t:Thread, starts:dict[UOp, int]):
   """Step through the linear UOps: loops jump back at END, a barrier yields to the block's other threads."""
   uops, vals, pc = t.prog.uops, {}, 0
-  start = {u: i for i, u in enumerate(uops) if u.op is Ops.RANGE}
   while pc < len(uops):
     u = uops[pc]
     if u.op is Ops.END:
       loop = u.src[0]
       vals[loop] += 1
       if vals[loop] < loop.size:  # back to the loop's first op
-        pc = start[loop] + 1
+        pc = starts[loop] + 1
         continue
     elif u.op is Ops.BARRIER: yield
     elif u.op is Ops.WMMA: vals[u] = yield tuple(vals[s] for s in u.src)  # the warp's product, its lanes' fragments
