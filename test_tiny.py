@@ -4091,13 +4091,23 @@ def test_tensors_of_one_graph_hold_their_own_buffers_once_written():
   c.assign(c + 10)
   assert (c.item(), d.item()) == (13.0, 3.0)
 
-def test_equal_constants_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
+def test_equal_leaves_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
   a, b = Tensor(1.0, requires_grad=True), Tensor(1.0, requires_grad=True)
   (a * 2 + b * 3).backward()
   assert (a.grad.item(), b.grad.item()) == (2.0, 3.0)
   c, d = Tensor.zeros(2, requires_grad=True), Tensor.zeros(2, requires_grad=True)
   (c * 2 + d * 3).sum().backward()
   assert (c.grad.tolist(), d.grad.tolist()) == ([2.0, 2.0], [3.0, 3.0])
+  a = Tensor([1.0, 2.0])
+  x, y = a * 2, a * 2  # leaves computed alike (from nothing that requires grad)
+  x.requires_grad, y.requires_grad = True, True
+  (x * 3 + y * 5).sum().backward()
+  assert (x.grad.tolist(), y.grad.tolist(), x.tolist()) == ([3.0, 3.0], [5.0, 5.0], [2.0, 4.0])
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  h = w * 2  # computed from one that requires grad: not a leaf, its gradient reaches w
+  h.requires_grad = True
+  (h * h).sum().backward()
+  assert (w.grad.tolist(), h.grad.tolist()) == ([8.0, 16.0], [4.0, 8.0])
 
 def test_nll_loss_of_one_sample_and_batchnorm_of_one_value_per_channel():  # as torch's
   logp = [math.log(v) for v in (0.2, 0.5, 0.3)]

@@ -2196,9 +2196,9 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    # a constant (zeros(3), Tensor(1.0)) is one node with every equal one: in a buffer of its own, or its gradient
-    # would be theirs too
-    if value and not self.uop.buffers: self.uop = self._owned().uop
+    # a leaf is one node with every equal one (a constant: zeros(3), Tensor(1.0); a value computed from nothing that
+    # requires grad: a * 2 built twice): in a buffer of its own, or its gradient would be theirs too
+    if value and _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop]): self.uop = self._owned().uop
     if value:
       Tensor._trainable[id(self)] = self
       trainable_nodes.add(_held_in(self.uop))
