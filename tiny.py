@@ -1290,7 +1290,8 @@ class Tensor:
 
   def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
   def log2(self) -> Tensor: return self._unary(Ops.LOG2)
-  def exp(self) -> Tensor: return (self._float() * (1 / math.log(2))).exp2()  # (a CPU reduces x exactly: _exp)
+  def exp(self) -> Tensor:  # (the CPU's lowering finds this product and reduces x by ln 2 itself: _exp)
+    return (self._float() * (1 / math.log(2))).exp2()
   def log(self) -> Tensor: return self.log2() * math.log(2)
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
@@ -1336,24 +1337,25 @@ class Tensor:
     return self._odd(of)
   def asin(self) -> Tensor: return (self._float() / (1 - self._float().square()).sqrt()).atan()
   def acos(self) -> Tensor: return math.pi / 2 - self.asin()
-  # Near 0 (acosh: near 1) e^x - 1 and log(1 + x) written out cancel: there these take forms that don't; elsewhere
-  # (and outside the domain, where torch's gradient is still the derivative's formula) the forms written out.
+  # e^x - 1 and log(1 + x), written out, cancel near 0 (acosh's: near 1); there these use forms that don't. Elsewhere,
+  # and outside the domain (where torch's gradient is still the derivative's formula), the written-out forms.
   def _near(self, low:float, high:float, near:Callable[[Tensor], Tensor], far:Callable[[Tensor], Tensor]) -> Tensor:
-    """near(x) for x in [low, high), far(x) elsewhere. Where near isn't used it gets a value inside, so that its
-    gradient there is 0, not nan (a where's unused side still multiplies its zero by the side's derivative)."""
+    """near(x) for x in [low, high), far(x) elsewhere. Where a side isn't used it is given a value from its own range,
+    so that its gradient there is 0, not nan (a where's unused side still multiplies its zero by the side's slope)."""
     inside = (self >= low) & (self < high)
-    return inside.where(near(inside.where(self, (low + high) / 2)), far(self))
+    return inside.where(near(inside.where(self, (low + high) / 2)), far(inside.where(high, self)))
   def sinh(self) -> Tensor:  # below 1, (e + e / (e + 1)) / 2 for e = e^|x| - 1
     def near(a:Tensor) -> Tensor:
       e = a._expm1()
       return (e + e / (e + 1)) / 2
     return self._odd(lambda a: a._near(0, 1, near, lambda a: (a.exp() - (-a).exp()) / 2))
-  def cosh(self) -> Tensor: return 1 + 2 * (self._float() / 2).sinh().square()  # (its slope, sinh x, is exact near 0)
+  def cosh(self) -> Tensor:  # (its slope, sinh x, keeps its precision near 0, where (e^x - e^-x) / 2 cancels)
+    return 1 + 2 * (self._float() / 2).sinh().square()
   def asinh(self) -> Tensor:  # below 2, log1p(x + x^2 / (1 + sqrt(x^2 + 1)))
     def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
     return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
-  def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt((x - 1)(x + 1)))
-    return self._float()._near(1, 2, lambda b: (b - 1 + ((b - 1) * (b + 1)).sqrt())._log1p(), lambda a: a._arc(-1))
+  def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
+    return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), lambda a: a._arc(-1))
   def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, where x^2 would overflow, log(2x)
     return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
   def atanh(self) -> Tensor:  # below 1/2, (log1p(x) - log1p(-x)) / 2
@@ -1363,17 +1365,18 @@ class Tensor:
     terms = [1 / math.factorial(k + 1) for k in range(17 if self.dtype == dtypes.double else 9)]
     return self._float()._near(-0.5, 0.5, lambda b: b * b._horner(terms), lambda a: a.exp() - 1)
   def _log1p(self) -> Tensor:  # log(1 + x) = log(u) + (x - (u - 1)) / u for u = 1 + x rounded: what u lost, put back
-    u = 1 + self
-    return u.log() - ((u - 1) - self) / u
+    u = 1 + self                # (for x > -1 and finite)
+    return u.log() + (self - (u - 1)) / u
   def _horner(self, coefficients:list[float]) -> Tensor:  # c0 + x (c1 + x (c2 + ...))
     return functools.reduce(lambda acc, c: acc * self + c, reversed(coefficients[:-1]), coefficients[-1])
-  def erf(self) -> Tensor:  # below 1/2, its series to x^13 (error below 1e-9); past it, Abramowitz and Stegun 7.1.26
-    def far(a:Tensor) -> Tensor:  # (error below 1.5e-7)
+  def erf(self) -> Tensor:
+    """Below 1/2, its series to x^13 (error below 1e-9); past it, Abramowitz and Stegun 7.1.26 (below 1.5e-7)."""
+    def far(a:Tensor) -> Tensor:
       t = 1 / (1 + 0.3275911 * a)
       poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
       return 1 - poly * (-a.square()).exp()
     terms = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7)]
-    return self._float()._near(-0.5, 0.5, lambda b: b * b.square()._horner(terms), lambda x: x._odd(far))
+    return self._odd(lambda a: a._near(0, 0.5, lambda b: b * b.square()._horner(terms), far))
   def sign(self) -> Tensor: return (self != 0).where((self < 0).where(-1, 1), 0) + self * 0  # (+ x*0: nan stays nan)
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
@@ -1453,10 +1456,11 @@ class Tensor:
   def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
   def leaky_relu(self, neg_slope=0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def elu(self, alpha=1.0) -> Tensor: return self._or_if_negative(lambda x: alpha * x._expm1())
-  def celu(self, alpha=1.0) -> Tensor: return self._or_if_negative(lambda x: alpha * (x / alpha)._expm1())
-  def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor: return gamma * self.elu(alpha)  # (at 0 torch's slope)
-  def _or_if_negative(self, f:Callable[[Tensor], Tensor]) -> Tensor:
+  def elu(self, alpha=1.0) -> Tensor: return self._positive_or(lambda x: alpha * x._expm1())
+  def celu(self, alpha=1.0) -> Tensor: return self._positive_or(lambda x: alpha * (x / alpha)._expm1())
+  def selu(self, alpha=1.67326, gamma=1.0507) -> Tensor:  # (at 0 the slope is gamma * alpha, as torch's)
+    return gamma * self.elu(alpha)
+  def _positive_or(self, f:Callable[[Tensor], Tensor]) -> Tensor:
     """x where x > 0, else f(x). f is given 0 where it isn't used: e^x of a big x would make its gradient nan there."""
     positive = self > 0
     return positive.where(self, f(positive.where(0, self)))
@@ -1468,7 +1472,8 @@ class Tensor:
     if approximate not in ("none", "tanh"):
       raise RuntimeError(f"gelu's approximate is 'none' or 'tanh', not {approximate!r}")  # (torch's error)
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
-    return self * (2 * math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).sigmoid()  # (1 + tanh(z)) / 2
+    # (1 + tanh z) / 2 as sigmoid(2z): nothing cancels where tanh z nears -1
+    return self * (2 * math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).sigmoid()
   def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
   def softplus(self, beta=1.0) -> Tensor:  # log(1 + e^(bx)) / b, as max(bx, 0) + log(1 + e^-|bx|): no overflow
     x = self * beta
@@ -2088,7 +2093,7 @@ class Tensor:
         frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
         x = x[(*near, low.int())].lerp(x[(*near, (low + 1).minimum(n - 1).int())], frac)
       else: x = x[(*near, ((at + 0.5 if mode == "nearest-exact" else at) * (n / new)).int().minimum(n - 1))]
-    return (x if x.dtype == self.dtype else x.round()).cast(self.dtype)  # (an int image's lerps rounded, as torch's)
+    return (x.round() if dtypes.is_int(self.dtype) else x).cast(self.dtype)  # (an int image's lerps rounded: torch's)
   def scaled_dot_product_attention(self, key:Tensor, value:Tensor, attn_mask:Tensor|None=None, dropout_p=0.0,
                                    is_causal=False, enable_gqa=False) -> Tensor:
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps where True, is_causal keeps each query's past and itself;
@@ -2932,14 +2937,14 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
 
 def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str], place:dict[UOp, int]) -> list[UOp]:
   """u's consumers; or where all their paths through elementwise ops (not stored) meet in one op, that op alone: one
-  kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0); a where of two formulas of x, and
-  its condition, read it three times). The paths' heads move on, the earliest first, until one is left."""
+  kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0); (x > 1).where(f(x), g(x)) three
+  times). The paths' heads move on, the earliest first, until one is left."""
   heads = set(consumers[u])
   for _ in range(256):  # (a short walk: paths that meet further on count as apart)
     if len(heads) == 1: return list(heads)
     first = min(heads, key=place.__getitem__)
     if first in stored or first.op not in GroupOp.Elementwise or not consumers[first]: break
-    heads = heads - {first} | set(consumers[first])
+    heads = (heads - {first}) | set(consumers[first])
   return consumers[u]
 
 def _reads_moved(a:UOp) -> bool:
@@ -3256,13 +3261,14 @@ def merge(sink:UOp, a:UOp, b:UOp) -> UOp:
 # test_tiny measures the error in ulps over the whole float range.
 
 LOG2_E = 1.4426950216293335  # 1 / ln 2 as a float32 holds it: Tensor.exp's constant
+LN2_HIGH, LN2_LOW = 0.693359375, -2.1219444005469057e-4  # ln 2 = 355/512 (9 bits: n times it is exact) + the rest
 
 @functools.cache
 def approximations(ops:frozenset[Ops]) -> PatternMatcher:
-  # e**x as Tensor.exp writes it, 2**(x * log2(e)), is reduced by ln 2 from x itself: x * log2(e) rounded is |x| ulps off
+  # Tensor.exp's 2**(x * log2(e)): rounding that product costs up to |x| ulps, so _exp reduces x by ln 2 itself
   exp = UPat(Ops.EXP2, dtypes.float, src=(UPat(Ops.MUL, src=[UPat.var("x"), UPat(Ops.CONST, arg=LOG2_E)]),))
   rules = [(UPat(op, dtypes.float, name="u"), lambda u: transcendental[u.op](u.src[0])) for op in ops]
-  return PatternMatcher([(exp, _exp)] + rules if Ops.EXP2 in ops else rules)
+  return PatternMatcher(([(exp, _exp)] if Ops.EXP2 in ops else []) + rules)
 
 def _poly(x:UOp, coeffs:list[float]) -> UOp:  # c0 + x*(c1 + x*(c2 + ...)): Horner's rule
   return functools.reduce(lambda acc, c: acc * x + c, reversed(coeffs[:-1]), x.const_like(coeffs[-1]))
@@ -3276,11 +3282,11 @@ def _exp2(x:UOp) -> UOp:
   return _times_power_of_two(x - whole, n)
 
 def _exp(x:UOp) -> UOp:
-  """e**x = 2**f * 2**n with n = round(x log2(e)) and f = (x - n ln 2) log2(e), x - n ln 2 exact in two steps (Cody and
-  Waite: ln 2's first 9 bits times n is exact). x is clamped to [-104, 89], past which e**x is 0 or inf."""
+  """e**x = 2**f * 2**n with n = round(x log2(e)) and f = (x - n ln 2) log2(e), x - n ln 2 in two steps, the first
+  exact (Cody and Waite). x is clamped to [-104, 89], past which e**x is 0 or inf."""
   x = _clamped(x, -104.0, 89.0)
   n, whole = _rounded(x * LOG2_E)
-  return _times_power_of_two(((x - whole * 0.693359375) - whole * -2.1219444005469057e-4) * LOG2_E, n)
+  return _times_power_of_two(((x - whole * LN2_HIGH) - whole * LN2_LOW) * LOG2_E, n)
 
 def _clamped(x:UOp, low:float, high:float) -> UOp:  # (selects false for nan: nan stays nan)
   x = (x.const_like(high) < x).where(x.const_like(high), x)
