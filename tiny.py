@@ -2256,6 +2256,7 @@ class Tensor:
     Tensor._realize_readers({target.src[0]}, self, x)
     value = x.uop
     self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value))
+    self.uop.__dict__.pop("realized", None)  # an equal write done before, still held, is this node: this one is to do
     # x's graph reads what the write changes: from here x is a copy of what is written (made if x is read), unless it
     # holds a buffer (its own, written by its assign, or this one)
     if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and target.src[0] in value.buffers: x.uop = self.clone().uop
