@@ -2272,9 +2272,9 @@ class Tensor:
     for k, ref in Tensor._live.items():  # (in the order made, so that a step's plan is found again on the next)
       if (t := ref()) is None: continue
       live[k] = ref  # (the ones alive, kept)
+      if k in skipped or buffers.isdisjoint(t.uop.buffers): continue
       holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in twins
-      if buffers.isdisjoint(t.uop.buffers) or k in skipped or holds: continue
-      readers.append(t)
+      if not holds: readers.append(t)
     Tensor._live = live
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop
