@@ -4585,6 +4585,7 @@ def test_composites_at_their_edges_match_torch_too():
   assert Tensor([183.0, -7.5, 7.0]).div(Tensor([61.0, 2.0, 0.0]), rounding_mode="trunc").tolist() == [3.0, -3.0, INF]
   assert Tensor([-INF, INF, 1.0]).logaddexp(Tensor([-INF, INF, 1.0])).tolist()[:2] == [-INF, INF]
   assert Tensor([1e20]).asinh().item() == pytest.approx(math.asinh(1e20)) == Tensor([1e20]).acosh().item()
+  assert all(map(math.isnan, Tensor([-1e20, -2.0, 0.5]).acosh().tolist()))  # (outside its domain; -1e20^2 overflows)
   assert Tensor([100.0] * 1000).half().mean().item() == 100.0  # (the sum, 1e5, is past half's 65504)
   assert Tensor([300.0] * 10 + [0.0]).half().var().item() == pytest.approx(8181.8, rel=1e-3)
   assert Tensor([2048.0, 1, 1, 1, 1]).half().cumsum().tolist() == [2048.0, 2048.0, 2050.0, 2052.0, 2052.0]

@@ -1355,7 +1355,8 @@ class Tensor:
     def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
     return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
-    return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), lambda a: a._arc(-1))
+    def far(a:Tensor) -> Tensor: return (a < -1e18).where(math.nan, a._arc(-1))  # (there x^2 overflows: inf, not nan)
+    return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), far)
   def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, where x^2 would overflow, log(2x)
     return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
   def atanh(self) -> Tensor:  # below 1/2, (log1p(x) - log1p(-x)) / 2
