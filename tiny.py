@@ -1374,7 +1374,7 @@ class Tensor:
     """Below 1/2, its series to x^13 (error below 1e-9); past it, Abramowitz and Stegun 7.1.26 (below 1.5e-7)."""
     def far(a:Tensor) -> Tensor:
       t = 1 / (1 + 0.3275911 * a)
-      poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+      poly = t * t._horner([0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429])
       return 1 - poly * (-a.square()).exp()
     terms = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7)]
     return self._odd(lambda a: a._near(0, 0.5, lambda b: b * b.square()._horner(terms), far))
@@ -2256,8 +2256,7 @@ class Tensor:
     target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
     Tensor._realize_readers({target.src[0]}, self, x)
     value = x.uop
-    self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value))
-    self.uop.__dict__.pop("realized", None)  # an equal write done before, still held, is this node: this one is to do
+    self.uop = pending(UOp(Ops.ASSIGN, self.dtype, (target, value)))  # (an equal write done before is this node)
     # x's graph reads what the write changes: from here x is a copy of what is written (made if x is read), unless it
     # holds a buffer (its own, written by its assign, or this one)
     if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and target.src[0] in value.buffers: x.uop = self.clone().uop
@@ -2810,6 +2809,9 @@ def remember(u:UOp, view:UOp) -> UOp:
   u.__dict__["realized"] = weakref.ref(view)
   if capturing.now is not None: capturing.now.computed.add(u)
   return view
+def pending(u:UOp) -> UOp:  # u still to compute, though an equal node was realized before and is still held
+  u.__dict__.pop("realized", None)
+  return u
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
