@@ -4839,6 +4839,46 @@ def test_interpolate_sdpa_and_einsum_match_their_formulas():
   check_op(lambda a, b: Tensor.einsum("bij,bjk->bik", a, b), lambda a, b: a.made((2, 3, 5), lambda i: sum(
     a.at((i[0], i[1], j)) * b.at((i[0], j, i[2])) for j in range(4))), (q, (2, 3, 4)), (k, (2, 4, 5)))
 
+def test_einsum_of_a_repeated_letter_takes_the_diagonal():
+  x = rand_list((3, 3, 5), 41)
+  got = Tensor.einsum("iij->j", Tensor(x)).tolist()
+  assert_close(got, [sum(x[i][i][j] for i in range(3)) for j in range(5)])
+  m = rand_list((4, 4), 42)
+  assert_close(Tensor.einsum("ii->i", Tensor(m)).tolist(), [m[i][i] for i in range(4)])
+  assert Tensor.einsum("ii", Tensor(m)).item() == pytest.approx(sum(m[i][i] for i in range(4)), rel=1e-6)
+
+def test_var_mean_and_std_mean_are_the_two_reduces():
+  x = rand_list((3, 7), 43)
+  var, mean = Tensor(x).var_mean(1)
+  std, mean2 = Tensor(x).std_mean(1, correction=0)
+  assert_close(var.tolist(), [_var(r) for r in x])
+  assert_close(mean.tolist(), [sum(r) / 7 for r in x])
+  assert_close(std.tolist(), [_var(r, 0) ** 0.5 for r in x])
+  assert mean2.tolist() == mean.tolist()
+
+def test_a_scan_of_a_0d_tensor_is_its_value():  # (torch's cumsum and cummax of a scalar, along dim 0)
+  values, index = Tensor(3.5).cummax(0)
+  assert Tensor(3.5).cumsum(0).item() == 3.5 and values.item() == 3.5 and index.item() == 0
+
+def test_to_copies_to_another_device_and_replace_stands_for_another_value():
+  t = Tensor([1.5, -2.0, 3.0])
+  assert t.to("CPU") is t
+  moved = t.to("PYTHON")
+  assert moved.device == "PYTHON" and moved.tolist() == [1.5, -2.0, 3.0] and (moved * 2).tolist() == [3.0, -4.0, 6.0]
+  u = Tensor([0.0, 0.0, 0.0])
+  assert u.replace(t * 2) is u and u.tolist() == [3.0, -4.0, 6.0]
+  with pytest.raises(tiny.ShapeError, match="replace"): u.replace(Tensor([1.0]))
+
+def test_a_schedule_runs_through_run_schedule_and_its_outputs_are_kept():
+  a, b = realized((5, 7), (5, 7), seed=44)
+  out = (a * b + 1).softmax(-1)
+  items = tiny.schedule([out])
+  assert tiny.run_schedule(items, wait=True) > 0
+  assert tiny.schedule([out]) == []  # computed: nothing left to run
+  rows = [[x * y + 1 for x, y in zip(ra, rb)] for ra, rb in zip(a.tolist(), b.tolist())]
+  want = [[math.exp(v - max(r)) / sum(math.exp(w - max(r)) for w in r) for v in r] for r in rows]
+  assert_close(flat(out.tolist()), flat(want))
+
 def test_losses_match_their_formulas():
   rng = random.Random(11)
   logits, labels = _vals(rng, 5 * 7), [3, 0, 6, 6, 1]

@@ -213,7 +213,7 @@ class ThreadId(NamedTuple):  # a SPECIAL's arg: which index of the launch it rea
   kind: AxisType  # GLOBAL: the block's; LOCAL: the thread's in its block; THREAD: the CPU core's
   dim: int        # 0, 1, 2 for x, y, z
   @property
-  def name(self) -> str: return f"{ {AxisType.GLOBAL: 'gidx', AxisType.LOCAL: 'lidx'}.get(self.kind, 'core')}{self.dim}"
+  def name(self) -> str: return {AxisType.GLOBAL: "gidx", AxisType.LOCAL: "lidx"}.get(self.kind, "core") + str(self.dim)
 
 class Param(NamedTuple):  # a PARAM's arg: one buffer of a kernel
   slot: int  # its place among the launch's arguments
@@ -248,7 +248,7 @@ python_alu: dict[Ops, Callable] = {
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
   Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b or b != b else a,
   Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0,
-  Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else a - b*_trunc_div(a, b) if b != 0 else 0,
+  Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else (a - b*_trunc_div(a, b) if b != 0 else 0),
   Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
   Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
   Ops.SHL: lambda a, b: a << _amount(b), Ops.SHR: lambda a, b: a >> _amount(b),
@@ -348,8 +348,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def detached(self) -> UOp:
     """The same values, as a view where gradients begin: made by no move. A view of a buffer stays one view of it; any
     other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
-    base, st = self._tracked() if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER else \
-      (self, ShapeTracker.contiguous(self.shape))
+    if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
+    else: base, st = self, ShapeTracker.contiguous(self.shape)
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
   def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
     return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
@@ -486,7 +486,8 @@ class UPat(MathMixin):
 
   def match(self, u:UOp, store:dict) -> list[dict]:
     if (self.op is not None and u.op not in self.op) or (self.dtype is not None and u.dtype not in self.dtype) or \
-       (self.arg is not None and (u.arg != self.arg or type(u.arg) is bool and type(self.arg) is not bool)): return []
+       (self.arg is not None and (u.arg != self.arg or (type(u.arg) is bool and type(self.arg) is not bool))):
+      return []  # (True == 1 in Python: a node's bool matches a bool only)
     if self.name is not None and store.setdefault(self.name, u) is not u: return []
     if self.src is None: return [store]
     matches = []
@@ -584,16 +585,22 @@ def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   if op is Ops.MOD: return rem % c.arg
   return functools.reduce(operator.add, [exact_div(t, c.arg) for t in whole]) + rem // c.arg
 
-def exact_div(t:UOp, c:int) -> UOp:
+def exact_div(t:UOp, c:int) -> UOp:  # t // c, for t a constant or x*k whose factors c divides: what c leaves of k
   if t.op is Ops.CONST: return t.const_like(t.arg // c)
-  if t.src[1].arg % c == 0: return t.src[0] * (t.src[1].arg // c)
-  return exact_div(t.src[0], c // math.gcd(c, t.src[1].arg)) * (t.src[1].arg // math.gcd(c, t.src[1].arg))
+  x, k = t.src[0], t.src[1].arg
+  if k % c == 0: return x * (k // c)
+  return exact_div(x, c // math.gcd(c, k)) * (k // math.gcd(c, k))
 
 def is_const(u:UOp) -> bool: return u.op is Ops.CONST
 def sort_terms(a:UOp) -> UOp|None:
   terms = a.terms()
   ordered = sorted(terms, key=lambda t: t.key)
   return None if ordered == terms else functools.reduce(operator.add, ordered)
+
+def _whole_vector(u:UOp) -> UOp|None:  # u is v if its lanes are v's, each in its place
+  v = u.src[0].src[0] if u.src[0].op is Ops.GEP else None
+  if v is None or v.dtype != u.dtype: return None
+  return v if all(s.op is Ops.GEP and s.src[0] is v and s.arg == k for k, s in enumerate(u.src)) else None
 
 symbolic = PatternMatcher([
   # constant folding, and an int expression whose bounds pin one value is that value
@@ -645,8 +652,7 @@ symbolic = PatternMatcher([
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
   (xidx + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),            # x+c0<c1 -> x<c1-c0
-  (UPat(Ops.VECTORIZE, name="u"), lambda u: u.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is u.src[0].src[0] and
-    s.arg == k for k, s in enumerate(u.src)) and u.src[0].src[0].dtype == u.dtype else None),  # (v.x,v.y,v.z,v.w) -> v
+  (UPat(Ops.VECTORIZE, name="u"), _whole_vector),                      # (v.x,v.y,v.z,v.w) -> v
   # gates that bounds decided: a load always taken drops its gate, one never taken reads 0
   (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"),
     lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),  # load if True -> load; if False -> 0
@@ -661,10 +667,8 @@ def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
 # Views: movement ops never move data. A View maps an index tuple to (address, valid); pad makes `valid` through a
 # mask. A reshape that can't be folded into the last view stacks a new one (ShapeTracker = views, outermost last).
 
-def strides_for(shape:tuple[int, ...]) -> tuple[int, ...]:
-  out, acc = [], 1
-  for s in reversed(shape): out.append(acc if s != 1 else 0); acc *= s
-  return tuple(reversed(out))
+def strides_for(shape:tuple[int, ...]) -> tuple[int, ...]:  # row-major: the product of the dims after (a dim of 1: 0)
+  return tuple(prod(shape[i + 1:]) if s != 1 else 0 for i, s in enumerate(shape))
 
 def unravel(addr:UOp, shape:tuple[int, ...]) -> list[UOp]:  # a flat row-major address as an index into shape
   return [(addr // st) % s if s > 1 and st else addr.const_like(0) for s, st in zip(shape, strides_for(shape))]
@@ -849,12 +853,10 @@ def _dtype_of_list(vals:list) -> DType:
 def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(s) for s in shapes)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
-  out = []
-  for dims in zip(*padded):
-    sizes = {d for d in dims if d != 1}
-    if len(sizes) > 1: raise ShapeError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together")
-    out.append(sizes.pop() if sizes else 1)
-  return tuple(out)
+  sizes = [{d for d in dims if d != 1} for dims in zip(*padded)]  # each dim's sizes other than 1: at most one
+  if any(len(s) > 1 for s in sizes):
+    raise ShapeError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together")
+  return tuple(max(s, default=1) for s in sizes)
 
 # pad modes that continue the values past an edge, each made of views and cat: for a dim d of size s padded by b
 # before and a after, the most one side can take, and (x, d, s, b, a) -> what goes before and what goes after
@@ -879,7 +881,7 @@ def flat_pairs(padding:Sequence[int], dims:int) -> list[tuple[int, int]]:
 
 class Bounded(dict):
   """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
-  def __init__(self, most:int=4096): super().__init__(); self.most = most
+  most = 4096
   def __setitem__(self, key, value):
     if len(self) >= self.most and key not in self: self.pop(next(iter(self)), None)
     super().__setitem__(key, value)
@@ -917,16 +919,19 @@ def _template(fn:Callable, args:tuple, kwargs:dict) -> tuple[list[UOp], UOp, str
     return Tensor._of(UOp(Ops.VIEW, a.dtype, (leaves[-1],), ShapeTracker.contiguous(a.shape)), a.device)
   args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
   out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
-  def first(st:ShapeTracker) -> ShapeTracker: return st if st.before is None else first(st.before)
-  if any(u.op is Ops.VIEW and u.src[0] in leaves and first(u.arg) != ShapeTracker.contiguous(first(u.arg).shape)
-         for u in out.uop.toposort): return None
+  def replayable(view:UOp) -> bool:  # made by moves from the placeholder's whole view: _rebuilt makes it so again
+    first = view.arg
+    while first.before is not None: first = first.before
+    return first == ShapeTracker.contiguous(first.shape)
+  if not all(replayable(u) for u in out.uop.toposort if u.op is Ops.VIEW and u.src[0] in leaves): return None
   return leaves, out.uop, out.device
 
 def _rebuilt(u:UOp, inputs:dict[UOp, UOp], memo:dict[UOp, UOp]) -> UOp:
   """A template's node over the inputs: a placeholder's view is the input moved as the view was, the rest as it was."""
   if (done := memo.get(u)) is None:
     if u.op is Ops.VIEW and u.src[0] in inputs:
-      done = inputs[u.src[0]].moved(*moves) if (moves := _moves(u.arg)) else inputs[u.src[0]]
+      moves = _moves(u.arg)
+      done = inputs[u.src[0]].moved(*moves) if moves else inputs[u.src[0]]
     else: done = UOp(u.op, u.dtype, tuple(_rebuilt(s, inputs, memo) for s in u.src), u.arg) if u.src else u
     memo[u] = done
   return done
@@ -1039,8 +1044,8 @@ class Tensor:
     if stop is None: start, stop = 0, start
     n = check_shape((max(0, math.ceil((stop - start) / step)),))[0]
     ends = (start, start + max(n - 1, 0) * step)  # int32 unless a value it holds needs int64, as in tinygrad
-    dtype = dtypes.of(dtype or (dtypes.float if any(isinstance(v, float) for v in (start, stop, step))
-                                else dtypes.promote(*map(_dtype_of_scalar, ends))))
+    floats = any(isinstance(v, float) for v in (start, stop, step))
+    dtype = dtypes.of(dtype or (dtypes.float if floats else dtypes.promote(*map(_dtype_of_scalar, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @creates
@@ -1094,8 +1099,7 @@ class Tensor:
     counter advances when the op is created, so each rand differs and repeats whatever order it is realized in."""
     n = prod(check_shape(shape))
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
-    x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32)
-    x = x + Tensor._place(start, device)
+    x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32) + Tensor._place(start, device)
     for mul in (0x7FEB352D, 0x846CA68B):  # the lowbias32 integer hash: xor-shift, multiply, twice
       x = (x ^ (x >> 16)) * mul
     return (x ^ (x >> 16)).reshape(shape)
@@ -1175,8 +1179,8 @@ class Tensor:
     tensor, any number with a float one), as in numpy 2 and tinygrad. An int that dtype can't hold makes it int64."""
     if isinstance(v, Tensor): return v
     if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
-    dtype = self.dtype if dtypes.is_float(self.dtype) or isinstance(v, bool) \
-      or (isinstance(v, int) and self.dtype != dtypes.bool) else _dtype_of_scalar(v)
+    same_kind = dtypes.is_float(self.dtype) or isinstance(v, bool) or (isinstance(v, int) and self.dtype != dtypes.bool)
+    dtype = self.dtype if same_kind else _dtype_of_scalar(v)
     dtype = dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype
     return self._like(UOp.const(dtype, _checked(dtype, v)))
   def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
@@ -1224,7 +1228,8 @@ class Tensor:
     """The quotient rounded toward 0: C's / for ints; for floats, what fmod leaves divided by b, exact but for rounding
     (a * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as torch's."""
     if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
-    return (b == 0).where(self / b, ((self - self.fmod(b)) / b).round()._signed_zero(self / b))
+    q = self / b  # (where b is 0: x / 0, as torch's)
+    return (b == 0).where(q, ((self - self.fmod(b)) / b).round()._signed_zero(q))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
     quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is, as python_alu says)."""
@@ -1241,7 +1246,6 @@ class Tensor:
   __add__, __sub__, __mul__, __truediv__, __neg__ = add, sub, mul, div, neg
   def __floordiv__(self, x): return self.divmod(x)[0]
   def __mod__(self, x): return self.divmod(x)[1]
-  def __matmul__(self, x): return self.matmul(x)
   def __lt__(self, x): return self._alu(Ops.CMPLT, x)
   def __gt__(self, x): return self._const(x)._alu(Ops.CMPLT, self)
   def __ge__(self, x): return (self > x) | (self == x)  # not "not <": nan >= 1 is False
@@ -1271,7 +1275,8 @@ class Tensor:
   def where(self, x, y) -> Tensor:
     """A Python scalar branch takes the other branch's dtype, as it would in x + 3; two scalars take their own."""
     if not isinstance(x, Tensor): x = y._const(x) if isinstance(y, Tensor) else Tensor(x, device=self.device)
-    cond, x, y = self.cast(dtypes.bool)._broadcast(*x._broadcast(y), promote=False)  # the condition stays bool
+    x, y = x._broadcast(y)  # the branches meet in one dtype
+    cond, x, y = self.cast(dtypes.bool)._broadcast(x, y, promote=False)  # the condition stays bool
     return cond._like(cond.uop.alu(Ops.WHERE, x.uop, y.uop))
   def cast(self, dtype) -> Tensor: return self if self.dtype == dtype else self._like(self.uop.cast(dtypes.of(dtype)))
   def float(self) -> Tensor: return self.cast(dtypes.float)
@@ -1395,7 +1400,8 @@ class Tensor:
   def round(self) -> Tensor:  # half to even, as numpy and torch
     if not dtypes.is_float(self.dtype): return self
     f = self.floor()
-    up = (self - f > 0.5) | ((self - f == 0.5) & (f - (f / 2).floor() * 2 != 0))
+    odd = f - (f / 2).floor() * 2 != 0  # a tie rounds to the even one of f and f + 1
+    up = (self - f > 0.5) | ((self - f == 0.5) & odd)
     return up.where(f + 1, f)._signed_zero(self)
   def clip(self, min_=None, max_=None) -> Tensor:  # (where, not maximum: at a bound the gradient is 1, as torch's)
     if min_ is None and max_ is None: raise RuntimeError("clip needs min_ or max_")
@@ -1444,7 +1450,8 @@ class Tensor:
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
     whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
-    signed = (base < 0).where(whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan)), mag)
+    negative = whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan))  # -inf: any power has one
+    signed = (base < 0).where(negative, mag)
     one = (e == 0) | (base == 1) | (base == -1) & e.isinf()  # as C's pow, where the log's product is nan
     value = one.where(1, signed)
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
@@ -1581,7 +1588,7 @@ class Tensor:
                   ._reduce(op, -1, False))
     blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
     within = blocks._scan(op, -1)
-    totals = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
+    totals = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)  # shifted one on: the first gets fill
     return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
   def _widened(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
     narrower = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
@@ -1700,7 +1707,8 @@ class Tensor:
   def flip(self, axis) -> Tensor: return self._view(("flip", self._axes(axis)))
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
-    order[self._dim(dim0)], order[self._dim(dim1)] = order[self._dim(dim1)], order[self._dim(dim0)]
+    a, b = self._dim(dim0), self._dim(dim1)
+    order[a], order[b] = order[b], order[a]
     return self.permute(order)
   @property
   def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
@@ -1776,7 +1784,8 @@ class Tensor:
                                                             *[n if j == k else 1 for j in range(len(sizes))])
       hit = at == places if hit is None else hit & (at == places)
     out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
-    r, b, first = len(rest), len(shape), dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
+    side_by_side = dims == list(range(dims[0], dims[0] + len(dims)))  # the picked shape takes their place, else first
+    r, b, first = len(rest), len(shape), dims[0] if side_by_side else 0
     return out.permute(*range(first), *range(r, r + b), *range(first, r))
   def __setitem__(self, idx, value):
     """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
@@ -1874,11 +1883,14 @@ class Tensor:
     for t in ts:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
         raise ShapeError(f"can't cat shapes {' and '.join(str(t.shape) for t in ts)} along dim {d}")
-    dtype, total, out, at = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts), None, 0
+    dtype, total = dtypes.promote(*[t.dtype for t in ts]), sum(t.shape[d] for t in ts)
+    out, at = None, 0
     for t in ts:  # each part where it goes, the rest kept (not added to a padded 0: -0.0 + 0.0 would lose its sign)
-      inside = Tensor.ones(*t.shape, dtype=dtypes.bool, device=t.device)._pad_along(d, at, total - at - t.shape[d])
-      part = t.cast(dtype)._pad_along(d, at, total - at - t.shape[d])
-      out, at = part if out is None else inside.where(part, out), at + t.shape[d]
+      after = total - at - t.shape[d]
+      inside = Tensor.ones(*t.shape, dtype=dtypes.bool, device=t.device)._pad_along(d, at, after)
+      part = t.cast(dtype)._pad_along(d, at, after)
+      out = part if out is None else inside.where(part, out)
+      at += t.shape[d]
     return out
   @staticmethod
   def stack(*ts, dim=0) -> Tensor:
@@ -1935,7 +1947,7 @@ class Tensor:
   def diag(self) -> Tensor:  # a vector's square matrix with it on the diagonal
     if self.ndim != 1: raise ShapeError(f"diag needs a 1-d tensor, got shape {self.shape}")
     n = self.shape[0]
-    return self.unsqueeze(-1).pad((0, n)).flatten()[:n * n].reshape(n, n)
+    return self.unsqueeze(-1).pad((0, n)).flatten()[:n * n].reshape(n, n)  # each value, then n zeros: n + 1 apart
   def pad_to(self, *shape, value=0.0) -> Tensor:  # padded after, to shape (None: as it is)
     shape = Tensor._unpack(shape)
     return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
@@ -1955,15 +1967,17 @@ class Tensor:
     w = self._const(w)
     n1, n2 = self.ndim, w.ndim
     if n1 == 0 or n2 == 0: raise ShapeError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
-    if self.shape[-1] != w.shape[-min(n2, 2)]:
+    k = -min(n2, 2)  # w's shared dim: its only one, or its rows
+    ones = (1,) * min(n1 - 1, n2 - 1, 1)  # where both are matrices, x's room for w's columns and w's for x's rows
+    if self.shape[-1] != w.shape[k]:
       raise ShapeError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
-    x = self.reshape(self.shape[:-1] + (1,) * min(n1 - 1, n2 - 1, 1) + self.shape[-1:])
-    w = w.reshape(w.shape[:-2] + (1,) * min(n1 - 1, n2 - 1, 1) + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
+    x = self.reshape(self.shape[:-1] + ones + self.shape[-1:])
+    w = w.reshape(w.shape[:-2] + ones + w.shape[k:]).transpose(-1, k)
     # an int matmul keeps its dtype, as numpy's and torch's (sum: int64); 16-bit floats multiply exactly in float32
     # and add up there, as torch's and a tensor core's
     dtype = dtypes.promote(x.dtype, w.dtype)
     return (x.float() * w.float() if dtype in dtypes.narrow else x * w).sum(-1).cast(dtype)
-  def matmul(self, w:Tensor) -> Tensor: return self.dot(w)
+  __matmul__ = matmul = dot
   @composite
   def linear(self, weight:Tensor, bias:Tensor|None=None) -> Tensor:
     x = self * weight if weight.ndim == 1 else self.dot(weight)
@@ -2011,6 +2025,7 @@ class Tensor:
       raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
     cols = self.pad((None, None, *Tensor._pads(padding, len(size))))._pool(tuple(kernel), stride, dilation)
     out, dims = cols.shape[2:2 + len(size)], len(size)
+    # (C, *kernel) by (N, *out): a matmul with the weights
     windows = cols.permute(1, *range(2 + dims, 2 + 2 * dims), 0, *range(2, 2 + dims)).contiguous()
     y = weight.reshape(groups, o // groups, -1) @ windows.reshape(groups, c // groups * prod(kernel), -1)
     y = y.reshape(o, n, *out).permute(1, 0, *range(2, 2 + dims))
@@ -2040,7 +2055,7 @@ class Tensor:
     each dim: enough for one more window where the last would start inside the input or its padding before."""
     kernel = per_dim(kernel_size, 2)
     dims = len(kernel)
-    stride, dilation = kernel if stride is None else per_dim(stride, dims), per_dim(dilation, dims)
+    stride, dilation = per_dim(kernel if stride is None else stride, dims), per_dim(dilation, dims)
     pads = Tensor._pads(padding, dims)
     extra = [0] * dims
     for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
@@ -2065,8 +2080,7 @@ class Tensor:
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
     ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
-    counted = (ones.pad([(b, a) for b, a in pads], value=1.0 if count_include_pad else 0.0)
-               if any(map(any, pads)) else ones)
+    counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0) if any(map(any, pads)) else ones
     return sums / counted.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
@@ -2088,8 +2102,8 @@ class Tensor:
       n, at = x.shape[d], Tensor.arange(new, dtype=dtypes.float, device=self.device)
       near = (slice(None),) * d
       if mode == "linear":
-        pos = (at * ((n - 1) / (new - 1) if new > 1 else 0) if align_corners
-               else ((at + 0.5) * (n / new) - 0.5).maximum(0))
+        if align_corners: pos = at * ((n - 1) / (new - 1) if new > 1 else 0)
+        else: pos = ((at + 0.5) * (n / new) - 0.5).maximum(0)  # (pixel centers, as torch's)
         low = pos.floor().minimum(n - 1)
         frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
         x = x[(*near, low.int())].lerp(x[(*near, (low + 1).minimum(n - 1).int())], frac)
@@ -2119,11 +2133,12 @@ class Tensor:
     def covered(t, n): return t.ndim - len(n.replace("...", ""))  # the dims ... stands for in t
     most = max(covered(t, n) for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
     ellipsis = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula][:most])  # for the dims of "..."
+    # an operand whose "..." covers fewer dims takes the last of those letters: its dims broadcast from the right
     names = [n.replace("...", ellipsis[most - covered(t, n):]) for t, n in zip(ts, names)]
-    if not arrow: out = ellipsis + "".join(sorted(c for c in set("".join(names))
-                                                  if "".join(names).count(c) == 1 and c not in ellipsis))
+    joined = "".join(names)  # (no output given: the letters named once, sorted, as numpy's)
+    if not arrow: out = ellipsis + "".join(sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ellipsis))
     out = out.replace("...", ellipsis)
-    letters = out + "".join(dict.fromkeys(c for c in "".join(names) if c not in out))
+    letters = out + "".join(dict.fromkeys(c for c in joined if c not in out))
     for k, (t, n) in enumerate(zip(ts, names)):
       if len(n) != t.ndim: raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape}")
       while (c := next((c for c in n if n.count(c) > 1), None)) is not None:  # a letter twice: the diagonal ("ii")
@@ -2204,8 +2219,8 @@ class Tensor:
     self._requires_grad = value
     # a leaf is one node with every equal one (a constant: zeros(3), Tensor(1.0); a value computed from nothing that
     # requires grad: a * 2 built twice): in a buffer of its own, or its gradient would be theirs too
-    if value and _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop]): self.uop = self._owned().uop
     if value:
+      if _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop]): self.uop = self._owned().uop
       Tensor._trainable[id(self)] = self
       trainable_nodes.add(_held_in(self.uop))
     else: Tensor._trainable.pop(id(self), None)
@@ -2404,7 +2419,8 @@ def on_grad_paths(roots:list[UOp]) -> set[UOp]:
     return False
   return {root for root in roots if reaches(root)} if trainable_nodes else set()
 def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was computed from, and a view's nearest live view
-  srcs = u.src if (origin := u.__dict__.get("computed_from")) is None else (*u.src, origin)
+  origin = u.__dict__.get("computed_from")
+  srcs = u.src if origin is None else (*u.src, origin)
   st = u.arg.before if u.op is Ops.VIEW else None
   while st is not None:  # the views its moves went through, looked up (one no one holds has nothing to add), not made
     if (ref := UOpMeta.nodes.get((Ops.VIEW, u.dtype, u.src, st))) is not None and (v := ref()) is not None:
@@ -2437,10 +2453,9 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
     elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
     else: partials = rule(g, tensor(u), *map(tensor, sources))
     for s, d in zip(sources, partials):
-      if s not in leads: continue
-      if d is None: continue  # (a where's condition: its gradient is 0)
-      if not dtypes.is_float(s.dtype): stops.add(u.op.name); continue
-      grads[s] = grads[s] + d if s in grads else d
+      if s not in leads or d is None: continue  # (d None: a where's condition, whose gradient is 0)
+      if not dtypes.is_float(s.dtype): stops.add(u.op.name)
+      else: grads[s] = grads[s] + d if s in grads else d
   return {t: grads[t] for t in targets if t in grads}, stops
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -2514,10 +2529,9 @@ class AdamW(Adam):
 # Layers: thin wrappers over Tensor methods, with tinygrad's parameter names and initialization, so that state dict keys
 # match tinygrad's (and torch's)
 
-def parameter(t:Tensor|None) -> Tensor|None:  # a layer's parameter, in a buffer of its own: it requires grad
-  if t is not None:
-    t = t._owned()
-    t.requires_grad = True
+def parameter(t:Tensor) -> Tensor:  # a layer's parameter, in a buffer of its own: it requires grad
+  t = t._owned()
+  t.requires_grad = True
   return t
 
 class Linear:
@@ -2606,9 +2620,9 @@ def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
   if own: Tensor.realize(*own.values())
 
 SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16,
-                      "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64,
-                      "I32": dtypes.int32, "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
-                      "F32": dtypes.float32, "F64": dtypes.float64}
+                      "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64, "I32": dtypes.int32,
+                      "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32,
+                      "F64": dtypes.float64}
 
 def safe_save(tensors:dict[str, Tensor], path, metadata:dict[str, str]|None=None) -> None:
   header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
@@ -2710,14 +2724,14 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
   result realized before is read from its buffer (the walk stops there). Graphs of one structure have equal rows,
   whatever buffers they hold. Also returned: the buffers by slot, and the nodes by row."""
   slots: dict[Buffer, int] = {}
-  rows, nodes, row = [], [], {}  # row: node -> its row number
+  rows, nodes, row_of = [], [], {}  # row_of: node -> its row number
   stack = [(r, False) for r in roots]  # (node, whether its sources have rows)
   while stack:
     u, ready = stack.pop()
-    if u in row: continue
+    if u in row_of: continue
     if ready:
       arg = u.arg.bare if u.op is Ops.VIEW else u.arg  # (a view's arg without the moves that made it)
-      rows.append(Node(u.op, u.dtype, arg_key(arg), tuple(map(row.__getitem__, u.src))))
+      rows.append(Node(u.op, u.dtype, arg_key(arg), tuple(map(row_of.__getitem__, u.src))))
     else:
       view = u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)
       if view is None:  # computed: its sources first
@@ -2725,9 +2739,9 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
         continue
       b = view.src[0].arg
       rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
-    row[u] = len(nodes)
+    row_of[u] = len(nodes)
     nodes.append(u)
-  return Structure(device, tuple(rows), tuple(row[r] for r in roots)), list(slots), nodes
+  return Structure(device, tuple(rows), tuple(row_of[r] for r in roots)), list(slots), nodes
 
 @dataclass
 class Plan:
@@ -2769,9 +2783,9 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   split = rebuild(sink, split_and_pack)
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
-  first = len({r.slot for r in key.rows if isinstance(r, Read)})
+  first_made = len({r.slot for r in key.rows if isinstance(r, Read)})  # (the graph's own buffers come first)
   made = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in its target's buffer
-  views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first + i, prod(u.shape))),),
+  views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_made + i, prod(u.shape))),),
                   ShapeTracker.contiguous(u.shape)) for i, u in enumerate(made)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
   rows = {became[u]: i for i, u in enumerate(graph)}
@@ -2837,7 +2851,8 @@ def split_reduce(r:UOp, device:str) -> UOp:
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
   cores = 1 if target.gpu else target.cores
-  unit, parts = next(((u, p) for u, p in splits if p % cores == 0), splits[0] if splits else (4 * w, most))
+  fallback = splits[0] if splits else (4 * w, most)  # (no split divides the size: padded below)
+  unit, parts = next(((u, p) for u, p in splits if p % cores == 0), fallback)
   x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
   partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
                 Reduction(op, (len(kept) + 1,)))
@@ -2858,8 +2873,10 @@ def pack(r:UOp, device:str) -> UOp:
   1.5x; a 512 x @ w.T: 5x). Only for a b broadcast over 32 output rows or more, with a reduce of 64 or more: the copy
   is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
   target = Device.target(device)
-  if target.gpu or r.op is not Ops.REDUCE_AXIS or r.arg.op is not Ops.ADD or r.src[0].op is not Ops.MUL or \
-     len(r.src[0].shape) < 3 or tuple(r.arg.axes) != (len(r.src[0].shape) - 1,): return r
+  x = r.src[0]
+  matmul = r.op is Ops.REDUCE_AXIS and r.arg.op is Ops.ADD and x.op is Ops.MUL and len(x.shape) >= 3 and \
+    tuple(r.arg.axes) == (len(x.shape) - 1,)  # a sum of products over the last axis
+  if target.gpu or not matmul: return r
   tile = 4 * target.width
   def packed(b:UOp) -> UOp:
     if b.op is not Ops.VIEW or b.src[0].op is not Ops.BUFFER or len(b.arg.views) != 1: return b
@@ -2918,18 +2935,18 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
     realize, fused, again = dict(stored), {}, {}
     for u in order:
       srcs = [fused[s] for s in u.src if s not in realize]
+      own = alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in index_math else 0  # (index math is free)
       f = fused[u] = Fused(u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
-                           _pending(u, [s.pending for s in srcs]),
-                           (alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in index_math else 0) +
-                           sum(s.cost for s in srcs),
+                           _pending(u, [s.pending for s in srcs]), own + sum(s.cost for s in srcs),
                            frozenset().union(*[s.rows for s in srcs]))
       if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
       if u in realize or u.op is Ops.SINK: continue
       readers = _readers(u, consumers, stored, place)
       rows = f.pending or None  # the shape of a pending row reduce's rows (() is a reduce's not over rows)
-      if rows and (all(_own_rows(c, rows) for c in consumers[u]) or  # computed once a row, or where small,
-                   all(c.op in GroupOp.Elementwise for c in readers) and  # once a row in each reader's kernel:
-                   prod(rows) * f.cost * (len(readers) - 1) < LAUNCH_COST):  # less than a launch costs
+      once_a_row = bool(rows) and all(_own_rows(c, rows) for c in consumers[u])  # broadcast back over its own rows
+      cheap_again = bool(rows) and all(c.op in GroupOp.Elementwise for c in readers) and \
+        prod(rows) * f.cost * (len(readers) - 1) < LAUNCH_COST  # again in each reader's kernel, for less than a launch
+      if once_a_row or cheap_again:
         if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
         continue
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
@@ -3023,7 +3040,8 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
         return False  # what it reads of what it writes, read only where it is written
       return not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)  # nothing between reads it
     alone = has_reduce[r] or r.op is Ops.CONTIGUOUS
-    i = None if alone else next((j for j in where + list(range(len(groups))) if fits(j)), None)  # what it reads first
+    tries = [] if alone else where + list(range(len(groups)))  # the groups it reads first, then any
+    i = next((j for j in tries if fits(j)), None)
     if i is None: groups.append([r])
     else:  # joined, and moved after all it reads
       j = max(i, ready)
@@ -3059,15 +3077,12 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
   stack = [root]
   while stack:
     u = stack[-1]
-    if u in ctx.memo:
-      stack.pop()
-      continue
-    todo = [s for s in u.src if s not in ctx.memo]
-    if (buf := ctx.input(u)) is not None:
+    if u in ctx.memo: stack.pop()
+    elif (buf := ctx.input(u)) is not None:
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
     elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # an input's view
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
-    elif todo: stack.extend(todo)
+    elif todo := [s for s in u.src if s not in ctx.memo]: stack.extend(todo)  # its sources first
     elif u.op is Ops.ASSIGN: ctx.memo[u] = ctx.memo[u.src[1]]  # its value, stored into its target's buffer
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
@@ -3152,8 +3167,8 @@ def _cost(ast:UOp) -> tuple[int, int]:
 
 range_ids = itertools.count()
 def new_range(size:int, kind:AxisType) -> UOp:  # (of size 1: the constant 0, which opts and lanes rely on)
-  return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), Axis(next(range_ids), kind)) if size != 1 \
-    else UOp.const(dtypes.index, 0)
+  if size == 1: return UOp.const(dtypes.index, 0)
+  return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), Axis(next(range_ids), kind))
 
 def identity(op:Ops, dtype:DType) -> UOp:
   return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1}.get(op, dtypes.limits(dtype.scalar)[0]))  # x+0, x*1, max(x, min): x
@@ -3221,7 +3236,8 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   if op is not Ops.ADD or v.op is not Ops.WHERE or v.src[2].op is not Ops.CONST or v.src[2].arg != 0: return None
   at: dict[UOp, UOp] = {}
   def pins(t:UOp) -> tuple[UOp, UOp]|None:  # a condition r == e (or e == r) for a reduced range r not pinned yet
-    for a, e in (t.src, t.src[::-1]) if t.op is Ops.CMPEQ else ():
+    if t.op is not Ops.CMPEQ: return None
+    for a, e in (t.src, t.src[::-1]):  # r == e, or e == r
       a = simplify(a)  # (an arange is r * 1 + 0 until simplified)
       r = a.src[0] if a.op is Ops.CAST else a
       if r in reduced and r not in at and not any(q in reduced for q in e.toposort): return r, e
@@ -3230,9 +3246,7 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   for t in v.src[0].terms(Ops.AND):
     pin = pins(t)
     if pin is None: rest.append(t)
-    else:
-      r, e = pin
-      at[r] = e.cast(dtypes.index)
+    else: at[pin[0]] = pin[1].cast(dtypes.index)  # (r, e): r is e
   if len(at) != len(reduced): return None
   valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
   def place(u:UOp, new:UOp) -> UOp:  # r is e; a load happens only where every pick is in range
@@ -3371,9 +3385,10 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
   word, shift = start >> 5, start & 31
   def pick(j:int) -> UOp:  # the table's word + j: a select for each word 0..3, else 4 (the largest exponents')
-    first = mag.const_like(two_over_pi[4 + j])
-    return functools.reduce(lambda rest, i: word.alu(Ops.CMPEQ, word.const_like(i)).where(
-      mag.const_like(two_over_pi[i + j]), rest), range(3, -1, -1), first)
+    out = mag.const_like(two_over_pi[4 + j])
+    for i in range(3, -1, -1):
+      out = word.alu(Ops.CMPEQ, word.const_like(i)).where(mag.const_like(two_over_pi[i + j]), out)
+    return out
   t = [pick(j) for j in range(4)]
   # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
   # logical shift, which is 0 at shift 0)
@@ -3454,7 +3469,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
         buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
         if past_cache(st.buf, dev) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by its column
           buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
-          addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])
+          addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
         row = max(rows, key=lambda r: r.arg.id)  # the innermost; the last row fetches itself: no address past the end
         own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
@@ -3677,12 +3692,12 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   tile = bool(red and opts)  # (the upcasts made with a reduce are a tile's)
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
-    amount = _filled(glob[-1].size, dev)
-    if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+    if amount := _filled(glob[-1].size, dev): opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
   for r in inner:
-    amount = 4 if dev.gpu or tile else next((k * w for k in (4, 2) if r.size % (k * w) == 0), _filled(r.size, dev))
+    vectors = next((k * w for k in (4, 2) if r.size % (k * w) == 0), None)  # four vectors, else two
+    amount = 4 if dev.gpu or tile else vectors or _filled(r.size, dev)
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
@@ -3776,7 +3791,7 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   beams = timed([(sink, ())])
   while True:  # one more opt while that is faster
     found = timed(extended(beams))
-    if not found or beams and found[0].time >= beams[0].time: break
+    if not found or (beams and found[0].time >= beams[0].time): break
     beams = found
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
   return beams[0].prog if beams and beams[0].time < _time(Device[device].program(prog), prog, bufs) else prog
@@ -3847,6 +3862,7 @@ def to_lanes(sink:UOp, dev:Target) -> UOp:
                                 for lane in lanes(st, [r for r in ranges(st)[::-1] if r.kind in copied])))
 
 def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a core runs each level's ops side by side
+  # (pairs, and an odd one out goes up a level as it is)
   while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2:]
   return xs[0]
 
@@ -3957,10 +3973,8 @@ def thread_ids(sink:UOp) -> dict[UOp, UOp]:
     dims: list[list[UOp]] = []
     for r in (r for k in kinds for r in ranges(sink, k)):
       dim = next((d for d in dims if d[0].size == r.size and not any(r in f and s in f for f in free for s in d)), None)
-      if dim is None:
-        dim = []
-        dims.append(dim)
-      dim.append(r)
+      if dim is None: dims.append([r])  # a dim of its own
+      else: dim.append(r)
     ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(kind, i)) for i, d in enumerate(dims) for r in d})
   return ids
 
@@ -4084,7 +4098,8 @@ def linearize(sink:UOp) -> list[UOp]:
                                            for s in e.src[1:]])
   @functools.cache
   def enclosing(r:UOp) -> frozenset:  # r and every loop it runs inside
-    return frozenset({r}).union(*[enclosing(a) for a in ([parent[r]] if r in parent else []) + [*around.get(r, ())]])
+    outer = ([parent[r]] if r in parent else []) + [*around.get(r, ())]  # the loop it nests in, a reduce's loops
+    return frozenset({r}).union(*map(enclosing, outer))
   scope: dict[UOp, frozenset] = {}
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | (enclosing(u) if u.op is Ops.RANGE else frozenset())
@@ -4137,7 +4152,7 @@ def linearize(sink:UOp) -> list[UOp]:
 class Names(dict):
   """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
   every thread, so what one call writes lives here."""
-  def __init__(self, dialect:Renderer): super().__init__(); self.dialect = dialect
+  def __init__(self, dialect:Renderer): self.dialect = dialect
   def __getattr__(self, name:str): return getattr(self.dialect, name)
 
 @dataclass(frozen=True)
@@ -4170,9 +4185,8 @@ class Renderer:
   from_bfloat16: str = "tiny_from_bf16({x})"  # a bfloat16 x as a float
 
   def render(self, name:str, uops:list[UOp], bufs:list[UOp]) -> str:  # bufs: the kernel's params(), in launch order
-    if lacks := {u.dtype.name for u in uops if u.dtype is not None and u.dtype.count == 1} - \
-                {d.name for d in self.types}:
-      raise DTypeError(f"{self.name} has no {' or '.join(sorted(lacks))}")
+    lacks = {u.dtype.name for u in uops if u.dtype is not None and u.dtype.count == 1} - {d.name for d in self.types}
+    if lacks: raise DTypeError(f"{self.name} has no {' or '.join(sorted(lacks))}")
     body = self.lines(uops)
     if any(u.op is Ops.STORE and u.arg == "stream" for u in uops): body.append(f"  {self.fence}")
     params = [self.param.format(type=self.types[b.dtype], name=b.arg.name) for b in bufs]
@@ -4191,7 +4205,7 @@ class Renderer:
       for s in u.src: uses[s] += 1
     # ?: repeats or skips an operand: what it takes is named, never inlined
     named = {s for u in uops if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) for s in u.src}
-    names, counts, lines, depth, inlined = Names(self), defaultdict(itertools.count), [], 1, {}
+    names, counts, lines, indent, inlined = Names(self), defaultdict(itertools.count), [], 1, {}
     def fresh(prefix:str) -> str: return f"{prefix}{next(counts[prefix])}"
     for u in uops:
       if u.op in (Ops.PARAM, Ops.SPECIAL): names[u] = u.arg.name
@@ -4203,17 +4217,17 @@ class Renderer:
       if u.op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL): names[u] = fresh(_prefixes[u.op])
       if (text := string_rules.rewrite(u, names)) is None:
         raise NotImplementedError(f"the {self.name} renderer has no rule for {u.op.name} of {u.dtype}")
-      if u.op is Ops.END: depth -= 1
+      if u.op is Ops.END: indent -= 1
       nest = 1 + max((inlined.get(s, 0) for s in u.src), default=0)
       if u.op in _statements:
-        if text: lines.append("  " * depth + text)  # (the CPU's barrier is "": one thread needs none)
+        if text: lines.append("  " * indent + text)  # (the CPU's barrier is "": one thread needs none)
       elif u.op is Ops.CONST: names[u] = text
       elif uses[u] == 1 and u not in named and u.op is not Ops.LOAD and nest <= 16:
         names[u], inlined[u] = text, nest  # inlined, but shallow (compilers parse chains by recursion; people read)
       else:
         names[u] = fresh(_prefixes.get(u.op, "alu"))
-        lines.append("  " * depth + f"{self.types[u.dtype]} {names[u]} = {text};")
-      if u.op is Ops.RANGE: depth += 1
+        lines.append("  " * indent + f"{self.types[u.dtype]} {names[u]} = {text};")
+      if u.op is Ops.RANGE: indent += 1
     return lines
 
 _prefixes = {Ops.RANGE: "ridx", Ops.DEFINE_ACC: "acc", Ops.DEFINE_LOCAL: "temp", Ops.LOAD: "val", Ops.CAST: "cast",
@@ -4297,8 +4311,8 @@ def _shift(ctx:Names, u:UOp) -> str:
   return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
 
 def _cast(ctx:Names, u:UOp) -> str:
-  x = {dtypes.half: f"(float){ctx[u.src[0]]}", dtypes.bfloat16: ctx.from_bfloat16.format(x=ctx[u.src[0]])}.get(
-    u.src[0].dtype, ctx[u.src[0]])
+  src = ctx[u.src[0]]  # (a 16-bit float converts through float)
+  x = {dtypes.half: f"(float){src}", dtypes.bfloat16: ctx.from_bfloat16.format(x=src)}.get(u.src[0].dtype, src)
   if u.dtype == dtypes.bfloat16: return ctx.to_bfloat16.format(x=f"((float)({x}))")
   if not _guarded(u): return f"(({ctx.types[u.dtype]})({x}))"
   lo, hi = dtypes.limits(u.dtype)  # float -> int saturates at the type's limits, and nan is 0
@@ -4623,16 +4637,16 @@ class Emulator:
       lids = [lid[::-1] for lid in itertools.product(*[range(n) for n in local_size[::-1]])]
       for gid in itertools.product(*[range(n) for n in global_size]):
         local = {u: bytearray(b"\xff" * u.arg.size * u.dtype.itemsize) for u in prog.uops if u.op is Ops.DEFINE_LOCAL}
-        sent = {run_thread(Thread(prog, bufs, local, gid, lid), starts): None for lid in lids}
-        while sent:
-          asked = {}
-          for t, reply in sent.items():
-            with contextlib.suppress(StopIteration): asked[t] = t.send(reply)
-          sent = dict.fromkeys(asked)
-          if core is not None and any(asked.values()):
-            waiting = list(asked)
+        replies = {run_thread(Thread(prog, bufs, local, gid, lid), starts): None for lid in lids}  # what each is sent
+        while replies:
+          paused = {}  # each thread that paused -> what it asks: None at a barrier, its fragments at a WMMA
+          for t, reply in replies.items():
+            with contextlib.suppress(StopIteration): paused[t] = t.send(reply)
+          replies = dict.fromkeys(paused)
+          if core is not None and any(paused.values()):  # a WMMA: each warp's lanes get their part of its product
+            waiting = list(paused)
             for warp in (waiting[i:i + 32] for i in range(0, len(waiting), 32)):
-              sent |= dict(zip(warp, warp_product(core, [asked[t] for t in warp])))
+              replies |= dict(zip(warp, warp_product(core, [paused[t] for t in warp])))
       return time.perf_counter() - start
     return run
 
@@ -5072,10 +5086,8 @@ def graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None
   runs in C, a CUDA graph, one Metal command buffer. None where the device has none (the emulator) or the kernels
   run on several."""
   devices = {l.device for _, l in launches}
-  if len(devices) != 1: return None
-  make = getattr(Device[devices.pop()].runtime, "graph", None)
-  if make is None: return None
-  return make([(fn, l.slots, l.prog.global_size, l.prog.local_size) for fn, l in launches])
+  make = getattr(Device[devices.pop()].runtime, "graph", None) if len(devices) == 1 else None
+  return None if make is None else make([(fn, l.slots, l.prog.global_size, l.prog.local_size) for fn, l in launches])
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
   slot: int
