@@ -4958,6 +4958,58 @@ def test_state_dict_names_match_tinygrad():
   assert all(t.requires_grad for t in [net.l1.weight, net.l1.bias, net.conv.weight, net.layers[1].weight])
   assert not net.layers[1].running_mean.requires_grad and len(tiny.nn.state.get_parameters(net)) == 10
 
+def _set(layer, **values):  # a layer's parameters set to these nested lists
+  for name, v in values.items(): getattr(layer, name).assign(Tensor(v)).realize()
+  return layer
+
+def _normed(vals, eps):  # each value less their mean, over their standard deviation (biased), in float64
+  m = sum(vals) / len(vals)
+  return [(v - m) / math.sqrt(sum((u - m) ** 2 for u in vals) / len(vals) + eps) for v in vals]
+
+def test_group_instance_rms_and_layer2d_norms_match_their_formulas():
+  n, c, l = 2, 6, 5
+  x, w, b = rand_list((n, c, l), 51), rand_list((c,), 52), rand_list((c,), 53)
+  for groups, layer in ((3, tiny.nn.GroupNorm(3, c)), (c, tiny.nn.InstanceNorm(c))):
+    got = _set(layer, weight=w, bias=b)(Tensor(x)).tolist()
+    per = c // groups
+    want = [[[0.0] * l for _ in range(c)] for _ in range(n)]
+    for i in range(n):
+      for g in range(groups):
+        chans = range(g * per, (g + 1) * per)
+        normed = _normed([x[i][k][j] for k in chans for j in range(l)], 1e-5)
+        for k in chans:
+          for j in range(l): want[i][k][j] = normed[(k - g * per) * l + j] * w[k] + b[k]
+    assert_close(got, want, rtol=1e-4, atol=1e-5)
+  rows, scale = rand_list((3, 7), 54), rand_list((7,), 55)
+  got = _set(tiny.nn.RMSNorm(7), weight=scale)(Tensor(rows)).tolist()
+  assert_close(got, [[v / math.sqrt(sum(u * u for u in r) / 7 + 1e-6) * s for v, s in zip(r, scale)] for r in rows],
+               rtol=1e-4, atol=1e-5)
+  assert tiny.nn.RMSNorm(7, elementwise_affine=False)(Tensor(rows, dtype=dtypes.half)).dtype == dtypes.half
+  img = rand_list((2, 3, 2, 4), 56)
+  got = tiny.nn.LayerNorm2d(3)(Tensor(img)).tolist()  # over the channels of each pixel
+  for i, y, xx in itertools.product(range(2), range(2), range(4)):
+    assert_close([got[i][k][y][xx] for k in range(3)], _normed([img[i][k][y][xx] for k in range(3)], 1e-5),
+                 rtol=1e-4, atol=1e-5)
+
+def test_conv1d_and_transposed_conv_layers_match_their_formulas():
+  x = rand_list((2, 3, 11), 57)
+  conv = _set(tiny.nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=2), weight=rand_list((4, 3, 3), 58),
+              bias=rand_list((4,), 59))
+  w, b = conv.weight.tolist(), conv.bias.tolist()
+  def at(i, k, p): return x[i][k][p] if 0 <= p < 11 else 0.0
+  want = [[[b[o] + sum(w[o][k][t] * at(i, k, j * 2 - 1 + t * 2) for k in range(3) for t in range(3))
+            for j in range(5)] for o in range(4)] for i in range(2)]
+  assert_close(conv(Tensor(x)).tolist(), want, rtol=1e-4, atol=1e-5)
+  up = _set(tiny.nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), weight=rand_list((3, 4, 3), 60),
+            bias=rand_list((4,), 61))
+  w, b = up.weight.tolist(), up.bias.tolist()
+  size = (11 - 1) * 2 - 2 + 3 + 1
+  want = [[[b[o]] * size for o in range(4)] for _ in range(2)]
+  for i, k, j, o, t in itertools.product(range(2), range(3), range(11), range(4), range(3)):
+    if 0 <= j * 2 - 1 + t < size: want[i][o][j * 2 - 1 + t] += x[i][k][j] * w[k][o][t]  # each input spread out
+  assert_close(up(Tensor(x)).tolist(), want, rtol=1e-4, atol=1e-5)
+  assert tiny.nn.ConvTranspose2d(3, 8, (2, 3), groups=2).weight.shape == (3, 4, 2, 3)
+
 def test_load_state_dict_copies_values_and_names_what_is_wrong():
   a, b = _Net(), _Net()
   tiny.nn.state.load_state_dict(b, tiny.nn.state.get_state_dict(a))

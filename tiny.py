@@ -2553,6 +2553,50 @@ class Conv2d:
   def __call__(self, x:Tensor) -> Tensor:
     return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
 
+def Conv1d(in_channels:int, out_channels:int, kernel_size:int, stride=1, padding=0, dilation=1, groups=1, bias=True):
+  return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)  # (one dim)
+
+class ConvTranspose2d(Conv2d):  # its weight: (in, out // groups, *kernel), as torch's
+  def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, output_padding=0, dilation=1,
+               groups=1, bias=True):
+    super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+    bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
+    self.weight = parameter(Tensor.uniform(in_channels, out_channels // groups, *self.kernel_size, low=-bound,
+                                           high=bound))
+    self.output_padding = output_padding
+  def __call__(self, x:Tensor) -> Tensor:
+    return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,
+                              self.output_padding)
+
+def ConvTranspose1d(in_channels:int, out_channels:int, kernel_size:int, stride=1, padding=0, output_padding=0,
+                    dilation=1, groups=1, bias=True) -> ConvTranspose2d:
+  return ConvTranspose2d(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups,
+                         bias)
+
+class GroupNorm:
+  """Each group of a sample's channels (axis 1) to mean 0 and variance 1, then each channel scaled and shifted."""
+  def __init__(self, num_groups:int, num_channels:int, eps=1e-5, affine=True):
+    self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+    self.weight, self.bias = (parameter(Tensor.ones(num_channels)), parameter(Tensor.zeros(num_channels))) if affine \
+      else (None, None)
+  def __call__(self, x:Tensor) -> Tensor:
+    x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+    channels = (1, -1, *(1,) * (x.ndim - 2))
+    return x if self.weight is None else x * self.weight.reshape(channels) + self.bias.reshape(channels)
+
+class InstanceNorm(GroupNorm):  # each channel of each sample alone: a group per channel
+  def __init__(self, num_features:int, eps=1e-5, affine=True):
+    super().__init__(num_features, num_features, eps, affine)
+    self.num_features = num_features
+
+class RMSNorm:  # each row divided by its root mean square (computed in float32), then scaled
+  def __init__(self, dim:int, eps=1e-6, elementwise_affine=True):
+    self.eps, self.weight = eps, parameter(Tensor.ones(dim)) if elementwise_affine else None
+  def __call__(self, x:Tensor) -> Tensor:
+    y = x.float()
+    y = (y * (y.square().mean(-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype)
+    return y if self.weight is None else y * self.weight
+
 class LayerNorm:
   def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -2562,6 +2606,9 @@ class LayerNorm:
   def __call__(self, x:Tensor) -> Tensor:
     x = x.layernorm(self.axis, self.eps)
     return x if self.weight is None else x * self.weight + self.bias
+
+class LayerNorm2d(LayerNorm):  # over the channels (axis 1) of each pixel of an image
+  def __call__(self, x:Tensor) -> Tensor: return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 class BatchNorm:
   """Normalizes each channel (axis 1) by the batch's statistics in Tensor.train(), and by the running ones kept from
@@ -2668,8 +2715,10 @@ nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=
                            state=types.SimpleNamespace(get_state_dict=get_state_dict, get_parameters=get_parameters,
                                                        load_state_dict=load_state_dict, safe_save=safe_save,
                                                        safe_load=safe_load),
-                           Linear=Linear, Conv2d=Conv2d, LayerNorm=LayerNorm, BatchNorm=BatchNorm,
-                           BatchNorm2d=BatchNorm, Embedding=Embedding)
+                           Linear=Linear, Conv1d=Conv1d, Conv2d=Conv2d, ConvTranspose1d=ConvTranspose1d,
+                           ConvTranspose2d=ConvTranspose2d, LayerNorm=LayerNorm, LayerNorm2d=LayerNorm2d,
+                           GroupNorm=GroupNorm, InstanceNorm=InstanceNorm, RMSNorm=RMSNorm, BatchNorm=BatchNorm,
+                           BatchNorm2d=BatchNorm, BatchNorm3d=BatchNorm, Embedding=Embedding)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
