@@ -4219,6 +4219,32 @@ OPTIMIZERS = [
 def test_optimizer_step_matches_its_update_rule(name, make, ref):
   _quadratic_steps(make, ref)
 
+def test_lamb_scales_each_tensors_step_by_its_trust_ratio():  # on sum(c * p^2 + p), each tensor in pure Python
+  rng = random.Random(12)
+  shapes = [(3, 5), (7,), (2,)]
+  inits = [[rng.uniform(-2, 2) for _ in range(math.prod(s))] for s in shapes]
+  inits[2] = [0.0, 0.0]  # |p| is 0: a trust ratio of 1
+  coefs = [[rng.uniform(0.5, 2) for _ in range(math.prod(s))] for s in shapes]
+  for adam in (False, True):
+    params = [Tensor(v).reshape(s).contiguous().realize() for v, s in zip(inits, shapes)]
+    for p in params: p.requires_grad = True
+    opt = tiny.nn.optim.LAMB(params, lr=0.1, weight_decay=0.05, adam=adam)
+    want, m, v = [list(x) for x in inits], [[0.0] * len(x) for x in inits], [[0.0] * len(x) for x in inits]
+    for t in range(1, 4):
+      opt.zero_grad()
+      sum(((p * p * Tensor(c).reshape(p.shape)) + p).sum() for p, c in zip(params, coefs)).backward()
+      opt.step()
+      for k, (ps, cs) in enumerate(zip(want, coefs)):
+        gs = [2 * c * p + 1 for p, c in zip(ps, cs)]
+        m[k] = [0.9 * a + 0.1 * g for a, g in zip(m[k], gs)]
+        v[k] = [0.999 * a + 0.001 * g * g for a, g in zip(v[k], gs)]
+        up = [a / (1 - 0.9 ** t) / (math.sqrt(b / (1 - 0.999 ** t)) + 1e-6) + 0.05 * p
+              for a, b, p in zip(m[k], v[k], ps)]
+        r1, r2 = math.sqrt(sum(p * p for p in ps)), math.sqrt(sum(u * u for u in up))
+        ratio = r1 / r2 if r1 > 0 and r2 > 0 and not adam else 1.0
+        want[k] = [p - 0.1 * ratio * u for p, u in zip(ps, up)]
+    for p, w in zip(params, want): assert_close(flat(p.tolist()), w, rtol=2e-5, atol=2e-5)
+
 def test_adam_on_the_emulator():
   _quadratic_steps(lambda ps: tiny.nn.optim.Adam(ps, lr=0.1), _adam(0.1), steps=2, device="PYTHON")
 

@@ -2503,7 +2503,7 @@ class SGD(Optimizer):
 class Adam(Optimizer):
   """Adam, as torch's: moments m and v of the gradients, corrected for their start at zero; weight_decay adds
   weight_decay * p to the gradient (L2). AdamW decouples it: p -= lr * weight_decay * p beside the update."""
-  decoupled = False
+  decoupled, trust = False, False
   def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
@@ -2519,12 +2519,23 @@ class Adam(Optimizer):
     m = self.m[i].assign(self.b1 * self.m[i] + (1 - self.b1) * g)
     v = self.v[i].assign(self.b2 * self.v[i] + (1 - self.b2) * g * g)
     up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
-    return p - self.lr[0] * (up + self.weight_decay * p if self.decoupled else up)
+    if self.decoupled: up = up + self.weight_decay * p
+    if self.trust:  # LAMB's: |p| / |up|, 1 where either is 0
+      norms = p.square().sum().sqrt(), up.square().sum().sqrt()
+      up = up * ((norms[0] > 0) & (norms[1] > 0)).where(norms[0] / norms[1], 1.0)
+    return p - self.lr[0] * up
 
 class AdamW(Adam):
   decoupled = True
   def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
     super().__init__(params, lr, b1, b2, eps, weight_decay)
+
+class LAMB(AdamW):
+  """LAMB (You et al.): AdamW's step, scaled tensor by tensor by a trust ratio, the norm of the parameter over the
+  norm of its step (adam=True: AdamW's step as it is)."""
+  def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0, adam=False):
+    super().__init__(params, lr, b1, b2, eps, weight_decay)
+    self.trust = not adam
 
 # Layers: thin wrappers over Tensor methods, with tinygrad's parameter names and initialization, so that state dict keys
 # match tinygrad's (and torch's)
@@ -2711,7 +2722,7 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
     out[name].buffer().copyin(data[start:end])
   return out
 
-nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW),
+nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW, LAMB=LAMB),
                            state=types.SimpleNamespace(get_state_dict=get_state_dict, get_parameters=get_parameters,
                                                        load_state_dict=load_state_dict, safe_save=safe_save,
                                                        safe_load=safe_load),
