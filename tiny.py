@@ -3683,25 +3683,25 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
   """The reduce as one warp a tile of m x n outputs: each step of k // 16 loads each lane's elements of A's and B's
   tiles into vectors, multiplies them on the tensor cores, and adds each of the lane's elements of the product to its
   own accumulator; the store then runs once for each of them, where the layout puts it."""
-  fit = tensor_core_fit(sink, core)
-  (tm, tn, _), store = core.dims, sink.src[0]
-  tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
-           for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place among the loops)
-  (mo, no, ko), lane = tiles, new_range(32, AxisType.LOCAL)
-  m, n, k = zip((fit.m, fit.n, fit.k), tiles, core.dims)  # each range, its tiles' range, and the tile's size
+  fit, lane, (m_size, n_size, k_size) = tensor_core_fit(sink, core), new_range(32, AxisType.LOCAL), core.dims
+  m_tiles, n_tiles, k_tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
+                               for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place)
+  # along each of m, n and k: its range, the range of its tiles, and a tile's size
+  along_m, along_n, along_k = (fit.m, m_tiles, m_size), (fit.n, n_tiles, n_size), (fit.k, k_tiles, k_size)
   def fragment(x:UOp, rows:tuple, cols:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
     (r, r_tile, r_size), (c, c_tile, c_size) = rows, cols
     return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
                                                        for i, j in (at(lane, e) for e in range(count))))
   zero = UOp(Ops.VECTORIZE, dtypes.float.vec(core.elements[2]), (UOp.const(dtypes.float, 0.0),) * core.elements[2])
-  a = fragment(fit.a, m, k, core.a, core.elements[0], core.dtype)
-  b = fragment(fit.b, k, n, core.b, core.elements[1], core.dtype)
+  a = fragment(fit.a, along_m, along_k, core.a, core.elements[0], core.dtype)
+  b = fragment(fit.b, along_k, along_n, core.b, core.elements[1], core.dtype)
   product = UOp(Ops.WMMA, dtypes.float.vec(core.elements[2]), (a, b, zero), core.name)
   stores = []
   for i in range(core.elements[2]):
     row, col = core.c(lane, i)
-    total = UOp(Ops.REDUCE, dtypes.float, (UOp(Ops.GEP, dtypes.float, (product,), i), ko), Ops.ADD)
-    stores.append(substitute(store, {fit.reduce: total, fit.m: mo * tm + row, fit.n: no * tn + col}))
+    total = UOp(Ops.REDUCE, dtypes.float, (UOp(Ops.GEP, dtypes.float, (product,), i), k_tiles), Ops.ADD)
+    places = {fit.reduce: total, fit.m: m_tiles * m_size + row, fit.n: n_tiles * n_size + col}
+    stores.append(substitute(sink.src[0], places))
   return simplify(sink.replace(src=tuple(stores)))
 
 def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
