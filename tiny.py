@@ -331,6 +331,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return UOp(Ops.CONST, dtype, (), truncate(dtype, dtypes.python(dtype)(value)))
   def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
   def alu(self, op:Ops, *srcs:UOp) -> UOp:
+    # a compare's is bool; a where's, its branches' (its first source is the condition); else its first source's
     dtype = dtypes.bool if op in GroupOp.Compare else (srcs[0] if op is Ops.WHERE else self).dtype
     return UOp(op, dtype, (self,) + srcs)
   def _binop(self, op, x, reverse):
@@ -427,6 +428,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
     limits, b = dtypes.limits(self.dtype), None
+    # (of its operands: a where's two branches, not its condition)
     if self.op in alu_bounds and \
        all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
@@ -576,6 +578,7 @@ def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   terms = []
   for t in x.terms():
     f = t.const_factor()
+    # a*f = a*(f - f%c) + a*(f%c): c divides the first
     terms += [exact_div(t, f) * (f - f % c.arg), exact_div(t, f) * (f % c.arg)] if f > c.arg and f % c.arg else [t]
   whole = [t for t in terms if t.const_factor() % c.arg == 0]
   if not whole: return None
@@ -1564,6 +1567,7 @@ class Tensor:
     # another kernel than the max's could differ in the last bit, and match no element of it
     d, x = self._dim(axis), self.contiguous()
     n = self.shape[d]
+    # n..1: the first max gets the largest number, and n minus it is its index
     countdown = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *(1,) * (self.ndim - d - 1))
     return (n - (x._at_max(x.max(d, keepdim=True)) * countdown).max(d, keepdim)).cast(dtypes.int32)
   def argmin(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().argmax(axis, keepdim)
@@ -1905,6 +1909,7 @@ class Tensor:
   def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim (an int: pieces of that size)
     d = self._dim(dim)
     n = self.shape[d]
+    # (an int: pieces of that size, the last what is left; of a dim of 0, one empty piece)
     if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, max(n, 1), max(sizes, 1))]
     if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} don't add up to {n}, dim {d}'s size")
     ends = list(itertools.accumulate(sizes))
