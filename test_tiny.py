@@ -1117,6 +1117,41 @@ def test_debug2_says_why_each_kernel_stores(monkeypatch, capsys):
   lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("***")]
   assert [line[4] for line in lines] == ["dear", "output"]
 
+def test_context_sets_a_setting_for_a_block_or_a_function(monkeypatch, capsys):
+  monkeypatch.delenv("DEBUG", raising=False)
+  a = Tensor(rand_list((3, 7), 1)).realize()
+  with tiny.Context(DEBUG=2): (a * 3).realize()
+  assert "DEBUG" not in os.environ
+  @tiny.Context(DEBUG=2, NOOPT=1)
+  def run(): return (a * 5).realize()
+  run()
+  assert "DEBUG" not in os.environ and "NOOPT" not in os.environ
+  monkeypatch.setenv("DEBUG", "1")
+  with tiny.Context(DEBUG=0): (a * 7).realize()
+  assert os.environ["DEBUG"] == "1"
+  lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("***")]
+  assert len(lines) == 2 and lines[1].endswith(" ")  # (NOOPT: no opts listed)
+
+def test_global_counters_count_kernels_their_work_and_memory():
+  n = 1001
+  a, b = realized((n,), (n,))
+  GC = tiny.GlobalCounters
+  (a * b + 1).realize()
+  GC.reset()
+  (a * b + 1).realize()
+  assert (GC.kernel_count, GC.global_ops, GC.global_mem) == (1, 2 * n, 3 * 4 * n)  # a mul and an add; 3 buffers
+  used = GC.mem_used
+  t = (a + 2).realize()
+  assert GC.mem_used - used == t.buffer().allocated >= 4 * n
+  del t
+  assert GC.mem_used == used
+  @tiny.TinyJit
+  def f(x, y): return x * y + 1, (x - y).sum()
+  for _ in range(3): f(a, b)
+  GC.reset()
+  f(a, b)  # a replay: its two kernels, as one call
+  assert (GC.kernel_count, GC.global_ops) == (2, 2 * n + 3 * n)  # (x - y is x + -y; then the sum's adds)
+
 def test_render_describes_kernels_without_running_them():
   a, b = realized((3, 7), (3, 7))
   t = a * b

@@ -49,6 +49,18 @@ def setting(key:str, value:str, least:int) -> int:
   if n < least: raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
   return n
 
+class Context(contextlib.ContextDecorator):
+  """tinygrad's: settings for a block, or a function it decorates, as if set in the environment (Context(DEBUG=2)).
+  They hold where they are read as it runs (DEBUG, NOOPT, BEAM); THREADS and DEVICE are read once."""
+  def __init__(self, **settings): self.settings = {k: str(v) for k, v in settings.items()}
+  def __enter__(self):
+    self.before = {k: os.environ.get(k) for k in self.settings}
+    os.environ.update(self.settings)
+  def __exit__(self, *_):
+    for k, v in self.before.items():
+      if v is None: os.environ.pop(k, None)
+      else: os.environ[k] = v
+
 @functools.cache
 def threads() -> int: return getenv("THREADS", os.cpu_count() or 1, least=1)  # CPU threads a big kernel splits across
 prod = math.prod
@@ -4904,7 +4916,9 @@ class Buffer:
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
   def buf(self):
-    if self._buf is None: self._buf = Device[self.device].alloc(self.allocated)
+    if self._buf is None:
+      self._buf = Device[self.device].alloc(self.allocated)
+      GlobalCounters.mem_used += self.allocated
     return self._buf
   def copyin(self, src:memoryview): Device[self.device].runtime.copyin(self.buf, src)
   def copyout(self) -> memoryview:
@@ -4915,6 +4929,7 @@ class Buffer:
   def __del__(self):
     if self._buf is not None and (dev := Device.opened.get(self.device)) is not None:
       dev.free(self._buf, self.allocated)
+      GlobalCounters.mem_used -= self.allocated
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Running a schedule, and seeing what it would run.
@@ -4965,6 +4980,20 @@ def with_programs(launches:list[Launch], device:str) -> Iterator[tuple[Callable,
   dev = Device[device]
   return ((dev.program(l.prog), l) for l in launches)
 
+class GlobalCounters:
+  """tinygrad's: the kernels run since reset(), their operations and bytes moved, and the seconds of those timed (by
+  wait, DEBUG=2 or a capture); and the bytes of device memory that buffers hold now."""
+  global_ops, global_mem, time_sum_s, kernel_count, mem_used = 0, 0, 0.0, 0, 0  # (mem_used: not reset)
+  @staticmethod
+  def reset(): GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s, \
+    GlobalCounters.kernel_count = 0, 0, 0.0, 0
+  @staticmethod
+  def ran(kernels:int, ops:int, moved:int, seconds:float):
+    GlobalCounters.kernel_count += kernels
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += moved
+    GlobalCounters.time_sum_s += seconds
+
 def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bool=False) -> float:
   """The one loop every kernel runs through (a plan's, a TinyJit replay's, a RawKernel): each on its buffers, by slot.
   With wait (or DEBUG>=2, or in a TinyJit's capture) each is timed on the device, and the total is returned."""
@@ -4976,10 +5005,11 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if capture is not None:
       capture.launches.append((fn, l, [bufs[s] for s in l.slots]))
       capture.seconds += tm
+    flops, moved = l.prog.info
     if debug >= 2:
-      flops, moved = l.prog.info
       print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
             f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {moved/tm*1e-9:8.2f} GB/s) {l.prog.opts}")
+    GlobalCounters.ran(1, flops, moved, tm or 0.0)
     total += tm or 0.0
   return total
 
@@ -5136,6 +5166,9 @@ class Replay:
     return Replay([(b.device, b.size, b.dtype) for b in made], [Buffer(b.device, b.size, b.dtype) for b in own] + held,
                   places, Tensor._counter - call.start, launches,
                   mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), graph(launches))
+  @functools.cached_property
+  def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
+    return sum(l.prog.info[0] for _, l in self.launches), sum(l.prog.info[1] for _, l in self.launches)
   def __call__(self, given:list[Buffer]):
     bufs = given + [Buffer(*m) for m in self.made] + self.held
     if self.draws:
@@ -5143,7 +5176,9 @@ class Replay:
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
     with self.turns:  # kernel by kernel where each is seen: timed and listed (DEBUG=2), or captured by an outer jit
       if self.native is None or getenv("DEBUG") >= 2 or capturing.now is not None: launch(self.launches, bufs)
-      else: self.native([b.buf for b in bufs])
+      else:
+        self.native([b.buf for b in bufs])
+        GlobalCounters.ran(len(self.launches), *self.work, 0.0)
     return mapped(self.outputs, lambda o: Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device), Output)
 
 def graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None:
