@@ -185,6 +185,19 @@ def test_python_type_chooses_dtype(value, dtype):
   scalar = Tensor(value)
   assert scalar.shape == () and scalar.dtype == dtype and scalar.item() == value
 
+def test_default_float_and_int_are_what_python_numbers_become(monkeypatch):
+  assert (dtypes.default_float, dtypes.default_int) == (dtypes.float32, dtypes.int32)
+  assert Tensor.arange(0.5, 3).dtype == (Tensor([1, 2]) * 1.5).dtype == dtypes.float32  # (made before: no template kept)
+  monkeypatch.setattr(dtypes, "default_float", dtypes.float16)
+  monkeypatch.setattr(dtypes, "default_int", dtypes.int64)
+  made = [Tensor([1.5]), Tensor(2.0), Tensor.zeros(2), Tensor.rand(3), Tensor.randn(3), Tensor.arange(0.5, 3),
+          Tensor.linspace(0, 1, 5), Tensor.eye(2), Tensor.empty(2), Tensor([1, 2]) / 2, Tensor([1, 2]).sqrt()]
+  assert [t.dtype for t in made] == [dtypes.float16] * len(made)
+  assert [t.dtype for t in (Tensor([1, 2]), Tensor(3), Tensor.arange(4))] == [dtypes.int64] * 3
+  assert Tensor([2**40]).dtype == dtypes.int64 and Tensor([1.5]).float().dtype == dtypes.float32
+  assert (Tensor([1.0, 2.0], dtype=dtypes.float32) * 1.5).dtype == dtypes.float32  # a tensor's dtype holds
+  assert (Tensor([1, 2]) * 1.5).dtype == dtypes.float16
+
 def test_dtype_aliases():
   assert dtypes.float == dtypes.float32 and dtypes.int == dtypes.int32
 

@@ -110,6 +110,7 @@ class dtypes:
   float64 = double = DType(11, 8, "double", "d")
   all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, uint64, float16, bfloat16, float32, float64)
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
+  default_float, default_int = float32, int32  # what a Python float and int become (as tinygrad's: set them to change)
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
   index = DType(7, 8, "index", "q")
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "L": uint64, "c": uint8}
@@ -845,14 +846,15 @@ def _checked(d:DType, v):
   return x
 
 def _dtype_of_scalar(v) -> DType:
-  """A number's own dtype: bool, int32 (int64 past int32's range, uint64 past int64's, as numpy), float32. numpy
-  scalars, known by their dtype (tiny doesn't import numpy), follow the same rule, but a float16 stays float16."""
+  """A number's own dtype: bool, dtypes.default_int (int64 past its range, uint64 past int64's, as numpy),
+  dtypes.default_float. numpy scalars, known by their dtype (tiny doesn't import numpy), follow the same rule, but a
+  float16 stays float16."""
   np_dtype = str(getattr(v, "dtype", ""))
   if isinstance(v, bool) or np_dtype == "bool": return dtypes.bool
   if isinstance(v, numbers.Integral):
     _checked(dtypes.uint64 if v > 0 else dtypes.int64, v)  # past the widest int of its sign, no dtype holds it
-    return next(d for d in (dtypes.int32, dtypes.int64, dtypes.uint64) if dtypes.fits(d, v))
-  if isinstance(v, numbers.Real): return dtypes.float16 if np_dtype == "float16" else dtypes.float32
+    return next(d for d in (dtypes.default_int, dtypes.int64, dtypes.uint64) if dtypes.fits(d, v))
+  if isinstance(v, numbers.Real): return dtypes.float16 if np_dtype == "float16" else dtypes.default_float
   raise TypeError(f"can't make a tensor of {v!r}: a {type(v).__name__} is not a number")
 
 def _dtype_of_list(vals:list) -> DType:
@@ -860,7 +862,7 @@ def _dtype_of_list(vals:list) -> DType:
   ints' extremes, so that a list of millions costs no Python call per element."""
   kinds = set(map(type, vals))
   if not kinds <= {bool, int, float}: return dtypes.promote(*{_dtype_of_scalar(v) for v in vals})
-  if float in kinds or not vals: return dtypes.float32
+  if float in kinds or not vals: return dtypes.default_float
   lo, hi = min(vals), max(vals)
   if lo >= 0 and not dtypes.fits(dtypes.int64, hi): return dtypes.uint64  # (as numpy: no signed int holds them)
   return dtypes.promote(_dtype_of_scalar(lo), _dtype_of_scalar(hi))
@@ -915,7 +917,7 @@ def composite(fn:Callable) -> Callable:
   @functools.wraps(fn)
   def built(*args, **kwargs) -> Tensor:
     key = tuple((Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
-                for a in (*args, *kwargs.values())) + tuple(kwargs)
+                for a in (*args, *kwargs.values())) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
     try:
       if key not in templates: templates[key] = _template(fn, args, kwargs)
       template = templates[key]
@@ -1050,7 +1052,7 @@ class Tensor:
   def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
   @creates
   def empty(*shape, dtype=None, device=None) -> Tensor:
-    shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.float)
+    shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.default_float)
     buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
     return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
   @staticmethod
@@ -1060,13 +1062,13 @@ class Tensor:
     n = check_shape((max(0, math.ceil((stop - start) / step)),))[0]
     ends = (start, start + max(n - 1, 0) * step)  # int32 unless a value it holds needs int64, as in tinygrad
     floats = any(isinstance(v, float) for v in (start, stop, step))
-    dtype = dtypes.of(dtype or (dtypes.float if floats else dtypes.promote(*map(_dtype_of_scalar, ends))))
+    dtype = dtypes.of(dtype or (dtypes.default_float if floats else dtypes.promote(*map(_dtype_of_scalar, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
     rows, cols = check_shape((n, n if m is None else m))
-    return Tensor.arange(rows, device=device)._one_hot(cols).cast(dtype or dtypes.float)  # row i: i's one-hot
+    return Tensor.arange(rows, device=device)._one_hot(cols).cast(dtype or dtypes.default_float)  # row i: i's one-hot
   # *_like: a tensor of this one's shape, and of its dtype and on its device unless told (kw: device=, requires_grad=)
   def _made_like(self, make:Callable, *args, dtype=None, device=None, **kw) -> Tensor:
     return make(self.shape, *args, dtype=dtype or self.dtype, device=device or self.device, **kw)
@@ -1084,7 +1086,7 @@ class Tensor:
     if steps < 0 or dtype in (dtypes.bool, "bool"):
       raise ValueError(f"linspace needs steps >= 0 and no bool dtype, got {steps}, {dtype}")
     step = (stop - start) / (steps - 1) if steps > 1 else 0
-    return (Tensor.arange(steps, device=device) * step + start).cast(dtype or dtypes.float)
+    return (Tensor.arange(steps, device=device) * step + start).cast(dtype or dtypes.default_float)
   def _tri(self, diagonal:int, lower:bool) -> Tensor:  # the last two dims' triangle, on and below (or above) a diagonal
     if self.ndim < 2: raise ShapeError(f"tril and triu need a tensor of at least 2 dims, got shape {self.shape}")
     rows, cols = (Tensor.arange(self.shape[-2], device=self.device).unsqueeze(-1),
@@ -1130,10 +1132,10 @@ class Tensor:
   @creates
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
-    return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.float)
+    return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.default_float)
   @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
-    return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.float)
+    return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.default_float)
   @creates
   def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
@@ -1146,11 +1148,12 @@ class Tensor:
   @creates
   def randn(*shape, dtype=None, device=None) -> Tensor:
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
-    return ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dtype or dtypes.float)
+    box_muller = ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin())
+    return box_muller.cast(dtype or dtypes.default_float)
   @creates
   def normal(*shape, mean=0.0, std=1.0, dtype=None, device=None) -> Tensor:
     if std < 0: raise ValueError(f"normal needs std >= 0, got {std}")
-    return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.float)
+    return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.default_float)
   @staticmethod
   def randint(*shape, low=0, high=10, dtype=dtypes.int32, device=None) -> Tensor:
     if not all(isinstance(v, int) for v in (low, high)):
@@ -1221,7 +1224,7 @@ class Tensor:
     ts = self._broadcast(*others)
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
   alu = _alu
-  def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.float)
+  def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def _wide(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()  # >= float32
   def _unary(self, op:Ops) -> Tensor:  # a 16-bit float's transcendental runs in float32: not every dialect has one
     return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)
