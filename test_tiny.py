@@ -5145,12 +5145,13 @@ def test_damaged_safetensors_files_raise_naming_why(tmp_path):
            "dtype": struct.pack("<Q", len(good)) + good.replace(b"F32", b"Q99") + b"\0" * 8}
   def headed(header): return struct.pack("<Q", len(header)) + header + b"\0" * 8
   cases |= {"list": headed(b"[1, 2]"), "keys": headed(b'{"a": {"dtype": "F32"}}'),
-            "shape": headed(good.replace(b"[2]", b"[-2]")), "pair": headed(good.replace(b"[0, 8]", b'["0", 8]'))}
+            "shape": headed(good.replace(b"[2]", b"[-2]")), "pair": headed(good.replace(b"[0, 8]", b'["0", 8]')),
+            "other": headed(good.replace(b'"shape"', b'"shap"'))}  # a key of its own, and none named shape
   for why, raw in cases.items():
     (tmp_path / why).write_bytes(raw)
     with pytest.raises(ValueError, match={"length": "header length", "json": "JSON", "offsets": "bytes 0 to 8",
                                           "dtype": "Q99", "list": "JSON object", "keys": "data_offsets",
-                                          "shape": "shape", "pair": "offsets"}[why]):
+                                          "shape": "shape", "pair": "offsets", "other": "data_offsets"}[why]):
       tiny.nn.state.safe_load(tmp_path / why)
 
 

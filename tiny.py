@@ -170,8 +170,9 @@ def encoded(d:DType, vals:Sequence) -> bytes:
     try: return struct.pack(f"{len(vals)}{d.fmt}", *vals)
     except OverflowError: return b"".join(_finite_or_infinite(d, v) for v in vals)
   wide = struct.unpack(f"{len(vals)}I", encoded(dtypes.float, vals))
-  return struct.pack(f"{len(vals)}H", *[0x7fc0 if b & 0x7fffffff > 0x7f800000 else (b + 0x7fff + (b >> 16 & 1)) >> 16
-                                          for b in wide])  # (nan: the quiet one)
+  # a nan is the quiet one; any other value rounds to the nearest top half, ties to even
+  return struct.pack(f"{len(vals)}H", *[0x7fc0 if (b & 0x7fffffff) > 0x7f800000 else (b + 0x7fff + (b >> 16 & 1)) >> 16
+                                          for b in wide])
 
 def _finite_or_infinite(d:DType, v) -> bytes:
   try: return struct.pack(d.fmt, v)
@@ -189,7 +190,7 @@ def decoded(d:DType, raw:bytes) -> tuple:
 class Ops(IntEnum):
   # tensor level
   BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
-  POW = auto()  # base ** exponent: its last source is the value, of ALU ops; the node holds pow's own derivative
+  POW = auto()  # srcs (base, exponent, value): kernels compute the value's ALU ops; the node carries pow's gradient
   # kernel level
   PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
   # (ASSIGN: in a kernel, an accumulator's update; over tensors, a write into a tensor's buffer, as Tensor.assign)
@@ -312,8 +313,8 @@ class UOpMeta(type):
     u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
     ref = NodeRef(u, UOpMeta.forget)
     ref.key = key
-    if (found := UOpMeta.nodes.setdefault(key, ref)) is not ref:  # (atomic) another thread's node, or a dead entry
-      with UOpMeta.lock:
+    if UOpMeta.nodes.setdefault(key, ref) is not ref:  # (atomic) another thread's node, or a dead entry
+      with UOpMeta.lock:  # again under the lock: forget() may have dropped the dead entry meanwhile
         if (found := UOpMeta.nodes.setdefault(key, ref)) is not ref:
           if (alive := found()) is not None: return alive
           UOpMeta.nodes[key] = ref
@@ -364,6 +365,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
     if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
+    # (a move no View method makes, and nothing before it: the gradient walk stops here, composites do not replay it)
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
   def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
     return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
@@ -392,6 +394,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return self._key()
   def _key(self) -> tuple:  # ranges by when they were made (as text, id 10 would come before id 9)
     arg = self.arg.id if self.op is Ops.RANGE else repr(self.arg)
+    # (False < True: a constant sorts last, so a sum is x+3, never 3+x)
     return (self.op is Ops.CONST, self.op.value, repr(self.dtype), arg, tuple(s.key for s in self.src))
   @functools.cached_property
   def buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads: how assign() finds what reads a buffer
@@ -461,6 +464,7 @@ def _and_bounds(a, b):  # x & y is in [0, y] for y >= 0: it only clears y's bits
 def _positive_const(b) -> bool: return b[0] == b[1] and b[0] > 0
 def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
   if a[0] >= 0 and a[0] // b[0] == a[1] // b[0]: return (a[0] % b[0], a[1] % b[0])
+  # else: from 0, or down to -(b-1) for a negative dividend; to 0, or up to b-1 for a positive one
   return (0 if a[0] >= 0 else max(a[0], 1 - b[0]), 0 if a[1] <= 0 else min(a[1], b[0] - 1))
 
 # the range of each op's result from its sources' ranges (lo, hi); None where it can't be said
@@ -470,6 +474,7 @@ alu_bounds: dict[Ops, Callable] = {
   Ops.MAX: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
   Ops.IDIV: lambda a, b: (_trunc_div(a[0], b[0]), _trunc_div(a[1], b[0])) if _positive_const(b) else None,
   Ops.MOD: lambda a, b: _mod_bounds(a, b) if _positive_const(b) else None,
+  # a compare's bounds are (always true, can be true), as False < True
   Ops.CMPLT: lambda a, b: (a[1] < b[0], a[0] < b[1]),
   Ops.CMPNE: lambda a, b: (a[1] < b[0] or b[1] < a[0], not a[0] == a[1] == b[0] == b[1]),
   Ops.CMPEQ: lambda a, b: (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0])),
@@ -591,8 +596,10 @@ def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   terms = []
   for t in x.terms():
     f = t.const_factor()
-    # a*f = a*(f - f%c) + a*(f%c): c divides the first
-    terms += [exact_div(t, f) * (f - f % c.arg), exact_div(t, f) * (f % c.arg)] if f > c.arg and f % c.arg else [t]
+    if f > c.arg and f % c.arg:
+      a = exact_div(t, f)  # t = a*f = a*(f - f%c) + a*(f%c): c divides the first
+      terms += [a * (f - f % c.arg), a * (f % c.arg)]
+    else: terms.append(t)
   whole = [t for t in terms if t.const_factor() % c.arg == 0]
   if not whole: return None
   rest = [t for t in terms if t.const_factor() % c.arg != 0]
@@ -605,7 +612,8 @@ def exact_div(t:UOp, c:int) -> UOp:  # t // c, for t a constant or x*k whose fac
   if t.op is Ops.CONST: return t.const_like(t.arg // c)
   x, k = t.src[0], t.src[1].arg
   if k % c == 0: return x * (k // c)
-  return exact_div(x, c // math.gcd(c, k)) * (k // math.gcd(c, k))
+  g = math.gcd(c, k)  # k takes g of c; x must take the rest
+  return exact_div(x, c // g) * (k // g)
 
 def is_const(u:UOp) -> bool: return u.op is Ops.CONST
 def sort_terms(a:UOp) -> UOp|None:
@@ -645,8 +653,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
     lambda c: c),                                                       # c ? True : False -> c
   # canonical order: constants last, so the rules below see one shape
-  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),                   # c+x -> x+c (max of -0.0 and 0.0 is the first)
-    lambda a, c0, x: None if is_const(x) or a.op is Ops.MAX and c0.arg == 0 else a.replace(src=(x, c0))),
+  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),                   # c+x -> x+c (max of -0.0 and 0.0 is the first:
+    lambda a, c0, x: None if is_const(x) or (a.op is Ops.MAX and c0.arg == 0) else a.replace(src=(x, c0))),  # kept)
   ((xi + c0) + c1, lambda x, c0, c1: x + (c0.arg + c1.arg)),            # (x+c0)+c1 -> x+(c0+c1)
   ((xi * c0) * c1, lambda x, c0, c1: x * (c0.arg * c1.arg)),            # (x*c0)*c1 -> x*(c0*c1)
   (UPat(Ops.ADD, src=[xi + c0, yi]), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
@@ -749,6 +757,7 @@ class View:
     pick = lambda xs: tuple(xs[i] for i in order)  # noqa: E731
     return View(pick(self.shape), pick(self.strides), self.offset, None if self.mask is None else pick(self.mask))
   def expand(self, shape) -> View:
+    # an expanded dim of 1 is valid all along (0, n), or nowhere (0, 0)
     mask = None if self.mask is None else tuple(m if s == n else ((0, n) if m != (0, 0) else m)
                                                 for m, s, n in zip(self.mask, self.shape, shape))
     return View(tuple(shape), tuple(st if s == n else 0 for st, s, n in zip(self.strides, self.shape, shape)),
@@ -1105,7 +1114,7 @@ class Tensor:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
     at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))  # each one's dim
-    shape = tuple(ts[a].numel() for a in at)  # (xy swaps the first two: dim d is then ts[at[d]]'s too)
+    shape = tuple(ts[a].numel() for a in at)  # (xy's swap is its own inverse: at is also dim d -> its tensor)
     return tuple(t.reshape(tuple(-1 if d == a else 1 for d in range(len(ts)))).expand(shape) for t, a in zip(ts, at))
 
   @staticmethod
@@ -1148,6 +1157,7 @@ class Tensor:
   @creates
   def randn(*shape, dtype=None, device=None) -> Tensor:
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
+    # Box and Muller: sqrt(-2 ln u1) cos(2 pi u2), with 1 - u1 in (0, 1] (no log 0) and cos as sin a quarter on
     box_muller = ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin())
     return box_muller.cast(dtype or dtypes.default_float)
   @creates
@@ -1353,9 +1363,9 @@ class Tensor:
     x^15 (error below 2e-12); for |x| > 1, pi/2 - atan(1/x)."""
     def of(a:Tensor) -> Tensor:
       big = a > 1
-      y = big.where(a.maximum(1).reciprocal(), a)
+      y = big.where(a.maximum(1).reciprocal(), a)  # (maximum: the side not taken divides by no 0)
       for _ in range(2): y = y / (1 + (1 + y * y).sqrt())
-      series = y * sum(((-1) ** k / (2 * k + 1)) * (y * y) ** k for k in range(8)) * 4
+      series = y * sum(((-1) ** k / (2 * k + 1)) * (y * y) ** k for k in range(8)) * 4  # (* 4: the two halvings)
       return big.where(math.pi / 2 - series, series)
     return self._odd(of)
   def asin(self) -> Tensor: return (self._float() / (1 - self._float().square()).sqrt()).atan()
@@ -1378,7 +1388,7 @@ class Tensor:
     def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
     return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
-    def far(a:Tensor) -> Tensor: return (a < -1e18).where(math.nan, a._arc(-1))  # (there x^2 overflows: inf, not nan)
+    def far(a:Tensor) -> Tensor: return (a < -1e18).where(math.nan, a._arc(-1))  # (below -1e18 x^2 overflows to inf)
     return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), far)
   def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, where x^2 would overflow, log(2x)
     return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
@@ -1438,7 +1448,8 @@ class Tensor:
     other = self._const(other)
     if self.dtype == dtypes.bool: return self == other
     near = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
-    return near | (self.isinf() | other.isinf()) & (self == other) | self.isnan() & other.isnan() & equal_nan
+    same_inf = (self.isinf() | other.isinf()) & (self == other)
+    return near | same_inf | (self.isnan() & other.isnan() & equal_nan)
   def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
     return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
   def copysign(self, other) -> Tensor:  # x's magnitude, other's sign: its sign bit, so -0.0 counts as negative
@@ -1467,8 +1478,10 @@ class Tensor:
       raise DTypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
-    whole, odd = e == e.trunc(), (e / 2).trunc() * 2 != e
-    negative = whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan))  # -inf: any power has one
+    whole = e == e.trunc()
+    odd = (e / 2).trunc() * 2 != e
+    # a negative base to a whole power: the magnitude, signed by the power; to any other, nan (-inf's: inf or 0, as C's)
+    negative = whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan))
     signed = (base < 0).where(negative, mag)
     one = (e == 0) | (base == 1) | (base == -1) & e.isinf()  # as C's pow, where the log's product is nan
     value = one.where(1, signed)
@@ -1761,7 +1774,7 @@ class Tensor:
     used = sum(i.ndim if mask(i) else 1 for i in idx if i is not None and i is not Ellipsis)
     if used > self.ndim: raise IndexError(f"too many indices ({used}) for a tensor of shape {self.shape}")
     at = ellipses[0] if ellipses else len(idx)
-    idx[at:at+1] = [slice(None)] * (self.ndim - used)
+    idx[at:at+1] = [slice(None)] * (self.ndim - used)  # (the dims ... stands for, or those after the last)
     x, dim, squeeze, picks = self, 0, [], []
     for i in idx:
       width = i.ndim if mask(i) else 1  # the dims it covers
@@ -1788,6 +1801,7 @@ class Tensor:
       dim += width
     if squeeze: x = x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze))
     if not picks: return x
+    # (each pick's dim less the int-indexed dims before it, squeezed above)
     return x._pick([d - sum(1 for q in squeeze if q < d) for d, _ in picks], [i for _, i in picks])
   def _pick(self, dims:list[int], idxs:list[Tensor]) -> Tensor:
     """x[..., i, ..., j, ...] for int tensors i, j at dims: the tensors broadcast to one shape, which takes the dims'
@@ -1807,6 +1821,7 @@ class Tensor:
     out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
     side_by_side = dims == list(range(dims[0], dims[0] + len(dims)))  # the picked shape takes their place, else first
     r, b, first = len(rest), len(shape), dims[0] if side_by_side else 0
+    # out is (*rest, *shape): shape's b dims go after the first `first` dims of rest
     return out.permute(*range(first), *range(r, r + b), *range(first, r))
   def __setitem__(self, idx, value):
     """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
@@ -1843,7 +1858,8 @@ class Tensor:
     """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
     d = self._index_dim("gather", dim, index)
     x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
-    return index._one_hot(self.shape[d]).where(x.unsqueeze(-1).transpose(d, -1), 0).sum(-1).cast(self.dtype)
+    along = x.unsqueeze(-1).transpose(d, -1)  # dim d moved last, a 1 in its place: against the one-hot's (.., j, .., n)
+    return index._one_hot(self.shape[d]).where(along, 0).sum(-1).cast(self.dtype)
   def _scattered(self, dim:int, index:Tensor, src:Tensor) -> tuple[Tensor, Tensor]:
     """Where each of src's elements goes, and the elements: (*x.shape, k) for the k indices along dim."""
     d = self._index_dim("scatter", dim, index)
@@ -1853,6 +1869,7 @@ class Tensor:
       raise DTypeError(f"scatter of {src.dtype.name} into {self.dtype.name}: dtypes must match")
     grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
     src = src.shrink(tuple((0, i) for i in index.shape))
+    # (as gather's, the other way: the one-hot's n moves to dim d, and src's element to the last dim, against it)
     return index._one_hot(self.shape[d]).transpose(d, -1).pad(grow), src.unsqueeze(-1).transpose(d, -1).pad(grow)
   def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
     if reduce not in (None, "add", "multiply"):
@@ -1870,7 +1887,7 @@ class Tensor:
     own = self if include_self else hit.any(-1).where(fill[reduce], self)
     picked = hit.where(vals, fill[reduce])
     if reduce == "mean":  # (of ints, rounded down, as torch's)
-      count = hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not())
+      count = hit.sum(-1) + (1 if include_self else hit.any(-1).logical_not())  # (a place no index hits: self / 1)
       rounding = None if dtypes.is_float(self.dtype) else "floor"
       return (picked.sum(-1) + own).div(count, rounding_mode=rounding).cast(self.dtype)
     combine = {"sum": lambda: picked.sum(-1) + own, "prod": lambda: picked.prod(-1) * own,
@@ -2028,10 +2045,10 @@ class Tensor:
     x = self
     for i in reversed(range(dims)):  # dim p becomes (kernel, out)
       p, n, k, s, d, o = lead + i, size[i], kernel[i], stride[i], dilation[i], out[i]
-      row = d + n * max(1, cdiv(o * s - d, n))  # a row of at least o*s, starting d further on: d (mod n)
-      x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)
-      x = x._along(p, 0, k * row).unflatten(p, (k, row))._along(p + 1, 0, o * s).unflatten(p + 1, (o, s))
-      x = x._along(p + 2, 0, 1).squeeze(p + 2)
+      row = d + n * max(1, cdiv(o * s - d, n))  # at least o*s long, and d (mod n): row j starts j*d into the input
+      x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)  # repeated
+      x = x._along(p, 0, k * row).unflatten(p, (k, row))  # k rows: kernel place j reads from j*d on
+      x = x._along(p + 1, 0, o * s).unflatten(p + 1, (o, s))._along(p + 2, 0, 1).squeeze(p + 2)  # each step's first
     return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(dims)], *[lead + 2 * i for i in range(dims)])
   @staticmethod
   def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
@@ -2071,7 +2088,7 @@ class Tensor:
     pads = [((k - 1) * d - b, (k - 1) * d - a + op)
             for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
     return x.conv2d(w.reshape(groups * per_group, c // groups, *kernel), bias, groups, 1, dilation,
-                    [v for p in reversed(pads) for v in p])
+                    [v for p in reversed(pads) for v in p])  # (torch's flat order: the last dim first)
   def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> tuple[tuple, tuple, tuple, list, list]:
     """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
     each dim: enough for one more window where the last would start inside the input or its padding before."""
@@ -2122,14 +2139,14 @@ class Tensor:
     x = self._float() if mode == "linear" else self
     for d, new in zip(range(self.ndim - len(size), self.ndim), size):
       n, at = x.shape[d], Tensor.arange(new, dtype=dtypes.float, device=self.device)
-      near = (slice(None),) * d
+      before = (slice(None),) * d  # (the dims before d, whole)
       if mode == "linear":
         if align_corners: pos = at * ((n - 1) / (new - 1) if new > 1 else 0)
         else: pos = ((at + 0.5) * (n / new) - 0.5).maximum(0)  # (pixel centers, as torch's)
         low = pos.floor().minimum(n - 1)
         frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
-        x = x[(*near, low.int())].lerp(x[(*near, (low + 1).minimum(n - 1).int())], frac)
-      else: x = x[(*near, ((at + 0.5 if mode == "nearest-exact" else at) * (n / new)).int().minimum(n - 1))]
+        x = x[(*before, low.int())].lerp(x[(*before, (low + 1).minimum(n - 1).int())], frac)
+      else: x = x[(*before, ((at + 0.5 if mode == "nearest-exact" else at) * (n / new)).int().minimum(n - 1))]
     return (x.round() if dtypes.is_int(self.dtype) else x).cast(self.dtype)  # (an int image's lerps rounded: torch's)
   def scaled_dot_product_attention(self, key:Tensor, value:Tensor, attn_mask:Tensor|None=None, dropout_p=0.0,
                                    is_causal=False, enable_gqa=False) -> Tensor:
@@ -2179,7 +2196,8 @@ class Tensor:
       return [[name] if name and name != "1" else group.split()
               for group, name in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
     left, right = formula.split("->")
-    extra = self.ndim - len(side(left)) + 1 if "..." in left else 0  # the dims "..." stands for, named _0, _1, ...
+    # the dims "..." stands for, named _0, _1, ... (side() counts "..." as one name: + 1)
+    extra = self.ndim - len(side(left)) + 1 if "..." in left else 0
     lhs, rhs = [side(t.replace("...", " ".join(f"_{k}" for k in range(extra)))) for t in (left, right)]
     if len(lhs) != self.ndim: raise ShapeError(f"rearrange {formula!r} names {len(lhs)} dims for shape {self.shape}")
     if sorted(n for g in lhs for n in g) != sorted(n for g in rhs for n in g):
@@ -2242,7 +2260,8 @@ class Tensor:
     # a leaf is one node with every equal one (a constant: zeros(3), Tensor(1.0); a value computed from nothing that
     # requires grad: a * 2 built twice): in a buffer of its own, or its gradient would be theirs too
     if value:
-      if _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop]): self.uop = self._owned().uop
+      shared = _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop])  # (on_grad_paths: below)
+      if shared: self.uop = self._owned().uop
       Tensor._trainable[id(self)] = self
       trainable_nodes.add(_held_in(self.uop))
     else: Tensor._trainable.pop(id(self), None)
@@ -2310,6 +2329,7 @@ class Tensor:
       if (t := ref()) is None: continue
       live[k] = ref  # (the ones alive, kept)
       if k in skipped or buffers.isdisjoint(t.uop.buffers): continue
+      # a whole view of a written buffer sees the write: no realize, unless another tensor of the writer's node
       holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in twins
       if not holds: readers.append(t)
     Tensor._live = live
@@ -2330,7 +2350,7 @@ class Tensor:
         else:
           bound = view.rebind(bufs[view.src[0].arg.index])
           if t.uop in kept and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
-            bound.__dict__["computed_from"] = t.uop
+            bound.__dict__["computed_from"] = t.uop  # (read by the gradient walk: _grad_sources, _read_sources)
           t.uop = remember(t.uop, bound)
     return self
   def buffer(self) -> Buffer:
@@ -2384,7 +2404,7 @@ derivatives: dict[Ops, Callable] = {
                                       g * ((b == 0) & (e >= 0)).where(0, y * b.log()),  # d/de = b^e ln b, as torch's
                                       None),
   Ops.REDUCE_AXIS: lambda g, y, x: (_reduced(g, y, x),),
-  Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move.name](g, x, y.uop.arg.move.arg),),
+  Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move.name](g, x, y.uop.arg.move.arg),),  # x: the view before its move
 }
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
@@ -2404,7 +2424,7 @@ def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
 # a move's inverse: (g, the tensor moved, the move's arg) -> g as a gradient of the tensor moved
 unmoves: dict[str, Callable] = {
   "reshape": lambda g, x, shape: g.reshape(x.shape),
-  "permute": lambda g, x, order: g.permute(sorted(range(len(order)), key=order.__getitem__)),
+  "permute": lambda g, x, order: g.permute(sorted(range(len(order)), key=order.__getitem__)),  # (order's inverse)
   "expand": lambda g, x, shape: g.sum(tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if a != b), keepdim=True),
   "pad": lambda g, x, grow: g.shrink(tuple((b, b + s) for (b, _), s in zip(grow, x.shape))),
   "shrink": lambda g, x, arg: g.pad(tuple((b, s - e) for (b, e), s in zip(arg, x.shape))),
@@ -2417,10 +2437,11 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if (origin := u.__dict__.get("computed_from")) is not None: return (origin,)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
-  return (u.src[0],) if st.move is None and u.src[0].op is not Ops.BUFFER else (UOp(Ops.VIEW, u.dtype, u.src, st),)
+  whole = st.move is None and u.src[0].op is not Ops.BUFFER  # the first move was made on the node itself
+  return (u.src[0],) if whole else (UOp(Ops.VIEW, u.dtype, u.src, st),)
 
-# The nodes of tensors set to require grad, by what lives as long as graphs use them: a view of a buffer is made again
-# by each walk back through moves (the views made from it hold its buffer, not it), so for a view it is the buffer.
+# The nodes of tensors set to require grad; for a view of a buffer, the BUFFER: a walk back through moves makes the
+# view again, but every graph that reads it holds the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _held_in(u:UOp) -> UOp:  # the BUFFER a view of one or an assign into one holds (a realized assign: a view of it)
   if u.op is Ops.ASSIGN: u = u.src[0]
@@ -2444,9 +2465,9 @@ def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was compute
   origin = u.__dict__.get("computed_from")
   srcs = u.src if origin is None else (*u.src, origin)
   st = u.arg.before if u.op is Ops.VIEW else None
-  while st is not None:  # the views its moves went through, looked up (one no one holds has nothing to add), not made
-    if (ref := UOpMeta.nodes.get((Ops.VIEW, u.dtype, u.src, st))) is not None and (v := ref()) is not None:
-      return (*srcs, v)
+  while st is not None:  # a view its moves went through may be a trainable tensor's node: found if it lives, not made
+    ref = UOpMeta.nodes.get((Ops.VIEW, u.dtype, u.src, st))
+    if ref is not None and (v := ref()) is not None: return (*srcs, v)
     st = st.before
   return srcs
 
@@ -2498,8 +2519,8 @@ class Optimizer:
     """The parameters and the state, each assigned its next value: to realize together (with the loss)."""
     for t in self.params:
       if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
-    # what reads the parameters now (the loss, the gradients) is realized first, together, and each next value is made
-    # by a call whose names are gone when it returns: assigns then find nothing to realize before them
+    # what reads the parameters now (the loss, the gradients) is realized first, together; each next value is built in
+    # _next, whose temporaries are gone when it returns: the assigns then find no reader left to realize first
     for t in self.params: t.buffer()  # each in a buffer of its own, to be written
     Tensor._realize_readers({t.uop.src[0] for t in self.params})
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
@@ -2728,7 +2749,7 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
   data, out = memoryview(raw)[8 + size:], {}
   for name, info in header.items():
     if name == "__metadata__": continue
-    if not isinstance(info, dict) or info.keys() < {"dtype", "shape", "data_offsets"}:
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
       raise ValueError(f"{path}: {name!r} is {info!r}, not a dtype, shape and data_offsets")
     if info["dtype"] not in SAFETENSORS_DTYPES:
       raise ValueError(f"{path}: {name!r} has dtype {info['dtype']!r}, not one of {', '.join(SAFETENSORS_DTYPES)}")
@@ -2833,7 +2854,7 @@ class Plan:
   items: list[Kernel]           # the kernels, in the order they run
   made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
-  writes: dict[int, UOp]         # each assign's row -> its target: done once, so noted done as the roots are
+  writes: dict[int, UOp]         # each assign's row -> its target's view: realize() notes it done, as the roots
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
   def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
     """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
@@ -2930,6 +2951,7 @@ def split_reduce(r:UOp, device:str) -> UOp:
   target = Device.target(device)
   w = target.width
   most = min(4096, max(256, size // 4096)) if target.gpu else 256
+  # (unit, parts): a unit of vectors, widest first, and parts from `most` down to a quarter of it, that divide size
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
   cores = 1 if target.gpu else target.cores
@@ -2969,6 +2991,7 @@ def pack(r:UOp, device:str) -> UOp:
       return b
     columns = UOp(Ops.VIEW, b.dtype, b.src, ShapeTracker((View((n, k), (n_stride, k_stride), v.offset),)))
     tiles = UOp(Ops.CONTIGUOUS, b.dtype, (columns.moved(("reshape", (n // tile, tile, k)), ("permute", (0, 2, 1))),))
+    # stored as (N/T, K, T), read back in b's own order: the matmul sees b as it was
     return tiles.moved(("permute", (0, 2, 1)), ("reshape", (1,) * (len(v.shape) - 2) + (n, k)), ("expand", v.shape))
   srcs = tuple(packed(b) for b in r.src[0].src)
   return r if srcs == r.src[0].src else r.replace(src=(r.src[0].replace(src=srcs),))
@@ -3024,7 +3047,8 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
       if u in realize or u.op is Ops.SINK: continue
       readers = _readers(u, consumers, stored, place)
-      rows = f.pending or None  # the shape of a pending row reduce's rows (() is a reduce's not over rows)
+      # a pending row reduce's row shape; None where no reduce is pending, or one is but not over rows (pending ())
+      rows = f.pending or None
       once_a_row = bool(rows) and all(_own_rows(c, rows) for c in consumers[u])  # broadcast back over its own rows
       cheap_again = bool(rows) and all(c.op in GroupOp.Elementwise for c in readers) and \
         prod(rows) * f.cost * (len(readers) - 1) < LAUNCH_COST  # again in each reader's kernel, for less than a launch
@@ -3120,14 +3144,15 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       if len(written) != len(assigned): return False  # a second write isn't kept after the loads of the first's value
       if not all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written):
         return False  # what it reads of what it writes, read only where it is written
-      return not any(o in reads[p] for q in groups[i + 1:ready + 1] for p in q for o in g)  # nothing between reads it
+      between = [p for q in groups[i + 1:ready + 1] for p in q]  # the kernels it would move past
+      return not any(o in reads[p] for p in between for o in g)  # none of them reads what the group writes
     alone = has_reduce[r] or r.op is Ops.CONTIGUOUS
     tries = [] if alone else where + list(range(len(groups)))  # the groups it reads first, then any
     i = next((j for j in tries if fits(j)), None)
     if i is None: groups.append([r])
     else:  # joined, and moved after all it reads
       j = max(i, ready)
-      groups.insert(j, groups.pop(i))
+      groups.insert(j, groups.pop(i))  # (after the pop, j is just past the last group it reads)
       groups[j].append(r)
   return groups
 
@@ -3330,20 +3355,29 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
     if pin is None: rest.append(t)
     else: at[pin[0]] = pin[1].cast(dtypes.index)  # (r, e): r is e
   if len(at) != len(reduced): return None
+  # each pick in range (-1 < e < r's size), and the rest of the condition
   valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
   def place(u:UOp, new:UOp) -> UOp:  # r is e; a load happens only where every pick is in range
     if u in at: return at[u]
-    return new.gated(valid) if u.op is Ops.LOAD and new is not u else new
+    return new.gated(valid) if u.op is Ops.LOAD and new is not u else new  # (a load whose address used a pick)
   return valid.where(rebuild(v.src[1], place), v.src[2])
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
   return sorted((r for r in u.toposort if r.op is Ops.RANGE and kind in (None, r.kind)), key=lambda r: r.arg.id)
+def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value varies with (a reduce's own are bound)
+  free: dict[UOp, frozenset] = {}
+  for u in sink.toposort:
+    used = frozenset().union(*[free[s] for s in u.src])
+    if u.op is Ops.RANGE: used |= {u}
+    elif u.op is Ops.REDUCE: used -= set(u.src[1:])
+    free[u] = used
+  return free
 def count_divmod(u:UOp) -> int: return sum(1 for x in u.toposort if x.op in (Ops.IDIV, Ops.MOD))
 
 def merge_ranges(sink:UOp) -> UOp:
   """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
   rs = ranges(sink, AxisType.GLOBAL)
-  for a, b in reversed(list(zip(rs, rs[1:]))):
+  for a, b in reversed(list(zip(rs, rs[1:]))):  # (innermost first; a pair whose b was merged away adds a div: refused)
     merged = merge(sink, a, b)
     if count_divmod(merged) <= count_divmod(sink): sink = merged
   return sink
@@ -3412,6 +3446,7 @@ def _log2(x:UOp) -> UOp:
   bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
   mantissa = ((bits & 0x007FFFFF) | 0x3F800000).bitcast(dtypes.float)  # in [1, 2)
   high = x.const_like(1.4142135381698608) < mantissa
+  # unbiased: -127, and 23 more where a subnormal was scaled up by 2**23
   e = (bits >> 23) + subnormal.where(bits.const_like(-150), bits.const_like(-127)) + high.cast(dtypes.int)
   f = high.where(mantissa * 0.5, mantissa) - 1.0
   log = e.cast(dtypes.float) + f * _poly(f, [1.4426950216293335, -0.7213473320007324, 0.4808982312679291,
@@ -3436,7 +3471,8 @@ def _sin(x:UOp) -> UOp:
   cos = ((z * z * _poly(z, [0.04166664555668831, -0.0013887316454201937, 2.44331567955669e-05]) - z * 0.5) -
          hi * lo) + 1.0
   y = (q & 1).alu(Ops.CMPNE, q.const_like(0)).where(cos, sin)
-  sign = ((q << 30) & -2**31).alu(Ops.XOR, bits & -2**31)  # -sin past pi, and sin(-x) = -sin(x): the sign bit
+  # -sin past pi (quadrants 2 and 3: q's bit 1 shifted into the sign bit), and sin(-x) = -sin(x)
+  sign = ((q << 30) & -2**31).alu(Ops.XOR, bits & -2**31)
   signed = y.bitcast(dtypes.int).alu(Ops.XOR, sign).bitcast(dtypes.float)
   return (mag < 0x7F800000).where(signed, x.const_like(math.nan))
 
@@ -3452,7 +3488,7 @@ def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
   # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
   borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
-  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)
+  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)  # (b or c is not 0)
   def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
     return up.where((x.const_like(1 << bits) - x - borrow) & ((1 << bits) - 1), x)
   hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
@@ -3474,11 +3510,11 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   t = [pick(j) for j in range(4)]
   # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
   # logical shift, which is 0 at shift 0)
-  ws = [t[j] << shift | (t[j + 1] >> 1 & 0x7FFFFFFF) >> (shift.const_like(31) - shift) for j in (2, 1, 0)]
+  ws = [(t[j] << shift) | (((t[j + 1] >> 1) & 0x7FFFFFFF) >> (shift.const_like(31) - shift)) for j in (2, 1, 0)]
   def digit(bit:int) -> UOp:  # bits bit..bit+11 of W; one that straddles two words takes its top bits from the next
     i, o = divmod(bit, 32)
     low = (ws[i] >> o) & min(0xFFF, (1 << (32 - o)) - 1)
-    return low if o <= 20 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))
+    return low if o + 12 <= 32 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))  # (inside word i, or not)
   w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
   d, carry = [], m.const_like(0)
   for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
@@ -3553,9 +3589,9 @@ def reread(sink:UOp, dev:Target) -> UOp:
           buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
-        row = max(rows, key=lambda r: r.arg.id)  # the innermost; the last row fetches itself: no address past the end
+        row = max(rows, key=lambda r: r.arg.id)  # the innermost
         own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
-        ahead = (row < row.size - 1).where(row + 1, row)
+        ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
         early += [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
                   if x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and
                   not own.isdisjoint(x.addr.toposort)]
@@ -3768,6 +3804,7 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
       n = 4 * w if four_vectors else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
+      # (a register tile: upcasts of at most two dims)
       if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
          _may_be_lanes(sink, r):
         opts.append(Opt(AxisType.UPCAST, r, n))
@@ -3993,7 +4030,8 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       rest = tuple(r for r in x.src[1:] if r is not lane)
       part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
-    if (x.arg if x.op is Ops.REDUCE else x.op) in ops and vec in vector_types and \
+    op = x.arg if x.op is Ops.REDUCE else x.op  # (a reduce is vectorized by the op it combines with)
+    if op in ops and vec in vector_types and \
        any(_is_vector(done[s]) for s in x.src):  # (a reduce by the op it combines with; index math stays lanes)
       if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
       if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
@@ -4099,6 +4137,7 @@ def to_accumulators(sink:UOp) -> UOp:
   # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
   # after the loop they are in), so linearize places it after them
   sink = substitute(sink, done)
+  # (and after a store outside loops, unless its own value loads the buffer: that load can't wait for its store)
   after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and
             not any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)}
   return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, after[x.buf])),) + x.src[1:])
@@ -4114,15 +4153,6 @@ def _in_float(u:UOp) -> UOp|None:
 # C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32.
 bfloat16_in_float32 = PatternMatcher([(UPat(GroupOp.ALU, name="u"), _in_float)])
 def in_float32(sink:UOp) -> UOp: return graph_rewrite(sink, bfloat16_in_float32)
-
-def free_ranges(sink:UOp) -> dict[UOp, frozenset]:  # the ranges each value varies with (a reduce's own are bound)
-  free: dict[UOp, frozenset] = {}
-  for u in sink.toposort:
-    used = frozenset().union(*[free[s] for s in u.src])
-    if u.op is Ops.RANGE: used |= {u}
-    elif u.op is Ops.REDUCE: used -= set(u.src[1:])
-    free[u] = used
-  return free
 
 def narrow_index(sink:UOp) -> UOp:
   """Index math was exact until here: it becomes int where every value provably fits in 32 bits, else long, so a
@@ -5163,13 +5193,13 @@ class Replay:
         (made if i < l.outputs and b in call.made else held).append(b)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
-    made = [b for b in made if b in returns]
-    held += [b for b in returns if b not in given + made + held]
-    slots = {b: i for i, b in enumerate(given + made + own + held)}
+    outputs = [b for b in made if b in returns]  # made anew by each replay
+    held += [b for b in returns if b not in given + outputs + held]
+    slots = {b: i for i, b in enumerate(given + outputs + own + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
     launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
-    return Replay([(b.device, b.size, b.dtype) for b in made], [Buffer(b.device, b.size, b.dtype) for b in own] + held,
-                  places, Tensor._counter - call.start, launches,
+    return Replay([(b.device, b.size, b.dtype) for b in outputs], [Buffer(b.device, b.size, b.dtype) for b in own]
+                  + held, places, Tensor._counter - call.start, launches,
                   mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), graph(launches))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
