@@ -968,11 +968,11 @@ def _moves(st:ShapeTracker) -> list[Move]:  # the moves that made st, first firs
 def creates(fn:Callable) -> staticmethod:
   """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on the tensor."""
   @functools.wraps(fn)
-  def made(*args, requires_grad:bool|None=None, **kwargs) -> Tensor:
+  def create(*args, requires_grad:bool|None=None, **kwargs) -> Tensor:
     t = fn(*args, **kwargs)
     if requires_grad is not None: t.requires_grad = requires_grad
     return t
-  return staticmethod(made)
+  return staticmethod(create)
 
 class Tensor:
   _seed, _counter = 0, 0
@@ -2309,13 +2309,14 @@ class Tensor:
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop): self.uop = self._owned().uop  # one to write into
-    target = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop
-    Tensor._realize_readers({target.src[0]}, self, x)
+    written = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # the view of the buffer written
+    Tensor._realize_readers({written.src[0]}, self, x)
     value = x.uop
-    self.uop = pending(UOp(Ops.ASSIGN, self.dtype, (target, value)))  # (an equal write done before is this node)
+    self.uop = pending(UOp(Ops.ASSIGN, self.dtype, (written, value)))  # (an equal write done before is this node)
     # x's graph reads what the write changes: from here x is a copy of what is written (made if x is read), unless it
     # holds a buffer (its own, written by its assign, or this one)
-    if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and target.src[0] in value.buffers: x.uop = self.clone().uop
+    if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and written.src[0] in value.buffers:
+      x.uop = self.clone().uop
     return self
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
@@ -2854,7 +2855,7 @@ class Plan:
   items: list[Kernel]           # the kernels, in the order they run
   made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
-  writes: dict[int, UOp]         # each assign's row -> its target's view: realize() notes it done, as the roots
+  writes: dict[int, UOp]         # each assign's row -> the view it writes: realize() notes it done, as the roots
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
   def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
     """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
@@ -2887,7 +2888,7 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
   first_made = len({r.slot for r in key.rows if isinstance(r, Read)})  # (the graph's own buffers come first)
-  made = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in its target's buffer
+  made = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
   views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_made + i, prod(u.shape))),),
                   ShapeTracker.contiguous(u.shape)) for i, u in enumerate(made)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
@@ -3078,14 +3079,14 @@ def _reads_moved(a:UOp) -> bool:
   """Whether an ASSIGN's value reads its buffer other than element by element, where it writes: through another view
   of it, or under a move or a reduce of what reads it. Computed in one kernel with the writes, it could read an
   element already written."""
-  target, value = a.src
+  written, value = a.src
   stack, seen = [(value, True)], set()  # (node, whether each of its elements is read where it is written)
   while stack:
     u, aligned = stack.pop()
     if (u, aligned) in seen: continue
     seen.add((u, aligned))
-    moved = u is target and not aligned  # the target, read under a move or a reduce
-    other_view = u is not target and u.op is Ops.VIEW and u.src[0] is target.src[0]  # another view of its buffer
+    moved = u is written and not aligned  # the view written, read under a move or a reduce
+    other_view = u is not written and u.op is Ops.VIEW and u.src[0] is written.src[0]  # another view of its buffer
     if moved or other_view: return True
     stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return False
@@ -3190,7 +3191,7 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
     elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # an input's view
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
     elif todo := [s for s in u.src if s not in ctx.memo]: stack.extend(todo)  # its sources first
-    elif u.op is Ops.ASSIGN: ctx.memo[u] = ctx.memo[u.src[1]]  # its value, stored into its target's buffer
+    elif u.op is Ops.ASSIGN: ctx.memo[u] = ctx.memo[u.src[1]]  # its value, stored into the buffer it writes
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
 
@@ -3238,8 +3239,8 @@ def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with 
 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
-  for step in (to_gpu if target.gpu else to_cpu, functools.partial(to_lanes, dev=target), simplify,
-               to_accumulators, in_float32, simplify, add_loops, narrow_index, functools.partial(stream, dev=target)):
+  for step in (to_gpu if target.gpu else to_cpu, functools.partial(to_lanes, target=target), simplify, to_accumulators,
+               in_float32, simplify, add_loops, narrow_index, functools.partial(stream, target=target)):
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
@@ -3556,7 +3557,7 @@ def row_loops(sink:UOp) -> UOp:
   cols = set(ranges(sink, AxisType.GLOBAL)) - set().union(*[free[u] for u in reduces])
   return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
 
-def reread(sink:UOp, dev:Target) -> UOp:
+def reread(sink:UOp, target:Target) -> UOp:
   """A row program computes a dear value twice: once in a reduce's loop, again for the row's outputs (a softmax row's
   exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it into
   the output, and the outputs read it back from there, in cache: a load for the 35 operations of an exp2 (see
@@ -3585,7 +3586,7 @@ def reread(sink:UOp, dev:Target) -> UOp:
       if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
          st.gate is None and st.buf not in loaded:
         buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
-        if past_cache(st.buf, dev) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by its column
+        if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
           buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
         early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
@@ -3626,16 +3627,16 @@ class Opt:
   core: TensorCore|None = None  # a WARP opt's
   def __str__(self) -> str: return f"{self.kind.name.lower()} {self.axis.size}:{self.amount}"  # e.g. "upcast 1024:16"
 
-def optimize(sink:UOp, dev:Target) -> tuple[UOp, tuple[Opt, ...]]:  # the heuristic's opts, then the launch's, applied
+def optimize(sink:UOp, target:Target) -> tuple[UOp, tuple[Opt, ...]]:  # the heuristic's opts, then the launch's
   if getenv("NOOPT") or any(r.size == 0 for r in ranges(sink)): return sink, ()
-  opts = tuple(heuristic(sink, dev))
+  opts = tuple(heuristic(sink, target))
   for opt in opts: sink = apply_opt(sink, opt)
-  return launch_opts(sink, opts, dev)
+  return launch_opts(sink, opts, target)
 
-def launch_opts(sink:UOp, opts:tuple[Opt, ...], dev:Target) -> tuple[UOp, tuple[Opt, ...]]:
+def launch_opts(sink:UOp, opts:tuple[Opt, ...], target:Target) -> tuple[UOp, tuple[Opt, ...]]:
   """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
-  for step in (local_opts,) if dev.gpu else (tile_order, thread_opts):
-    for opt in step(sink, dev): sink, opts = apply_opt(sink, opt), opts + (opt,)
+  for step in (local_opts,) if target.gpu else (tile_order, thread_opts):
+    for opt in step(sink, target): sink, opts = apply_opt(sink, opt), opts + (opt,)
   return sink, opts
 
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
@@ -3670,11 +3671,11 @@ def guard(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
     return u
   return rebuild(sink, add)
 
-def heuristic(sink:UOp, dev:Target) -> list[Opt]:
+def heuristic(sink:UOp, target:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
-  opts = tensor_core_opts(sink, dev)
-  if not opts and dev.gpu: opts = shared_reduces(sink, dev)
-  return opts or lanes_and_tiles(sink, dev)
+  opts = tensor_core_opts(sink, target)
+  if not opts and target.gpu: opts = shared_reduces(sink, target)
+  return opts or lanes_and_tiles(sink, target)
 
 # Tensor cores: a warp multiplies tiles of a matrix (D = A @ B + C, A and B in 16-bit floats, C and D in float32) in one
 # instruction, each of its 32 lanes holding a few elements of each tile, where the device's layout puts them. The
@@ -3732,8 +3733,8 @@ def tensor_core_fit(sink:UOp, core:TensorCore) -> Fit|None:
   if any(q.size % d for q, d in zip((m, n, k), core.dims)): return None
   return Fit(r, m, n, k, a, b)
 
-def tensor_core_opts(sink:UOp, dev:Target) -> list[Opt]:
-  for core in dev.renderer.tensor_cores:
+def tensor_core_opts(sink:UOp, target:Target) -> list[Opt]:
+  for core in target.renderer.tensor_cores:
     if (fit := tensor_core_fit(sink, core)) is not None: return [Opt(AxisType.WARP, fit.k, core.dims[2], core)]
   return []
 
@@ -3762,7 +3763,7 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
     stores.append(substitute(sink.src[0], places))
   return simplify(sink.replace(src=tuple(stores)))
 
-def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
+def shared_reduces(sink:UOp, target:Target) -> list[Opt]:
   """A GPU block's threads share a reduce where a thread per output would leave the GPU idle or read rows apart: a row
   program's block (its threads share each reduce, then the last column), or a block per output where outputs are few
   (2048 or fewer, or under 16384 with rows long enough to share: the 10 columns of an MLP's last matmul) or each reads
@@ -3770,7 +3771,7 @@ def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   inner = list(dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE))  # each reduce's innermost loop
   if cols := ranges(sink, AxisType.LOOP):
-    block = min(dev.local_max, 256, 1 << (cols[-1].size - 1).bit_length())  # (the power of two at or above its size)
+    block = min(target.local_max, 256, 1 << (cols[-1].size - 1).bit_length())  # (the power of two at or above its size)
     return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
   if not red: return []
   out_size, n = prod(r.size for r in glob), red[-1].size
@@ -3780,9 +3781,9 @@ def shared_reduces(sink:UOp, dev:Target) -> list[Opt]:
   # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
   # their groups run in turn, on one thread id
   shared = [red[-1]] if _nested(sink) else inner
-  return [Opt(AxisType.GROUP, r, min(dev.local_max, 256, 1 << (n.bit_length() - 1))) for r in shared]  # (2**k <= n)
+  return [Opt(AxisType.GROUP, r, min(target.local_max, 256, 1 << (n.bit_length() - 1))) for r in shared]  # (2**k <= n)
 
-def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
+def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
   """Vectors on the contiguous output axis, a matmul's register tile, a row's outputs as vectors after its reduces, and
   unrolled reduce loops. A CPU's choices differ from a GPU's in three places, each marked: its tile takes four vectors
   of the contiguous axis, a GPU tiles only where enough threads remain, and a CPU unrolls a sum by whole vectors."""
@@ -3790,38 +3791,38 @@ def lanes_and_tiles(sink:UOp, dev:Target) -> list[Opt]:
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
   inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
-  out_size, w = prod(r.size for r in glob), dev.width
+  out_size, w = prod(r.size for r in glob), target.width
   if not red and glob and _unit_stride(sink, glob[-1]):
     # one row: a vector a step, the last one into the padding past the end (see apply_opt); rows: as wide as each fills
-    amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, dev)
+    amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, target)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   if red:  # the register tile of a matmul: each load feeds 4 outputs
     for r in reversed(glob):
       # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
       # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
-      four_vectors = not dev.gpu and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
+      four_vectors = not target.gpu and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
         _side_by_side(sink, r)
       n = 4 * w if four_vectors else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
       # (a register tile: upcasts of at most two dims)
-      if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not dev.gpu or launched >= 2**16) and \
+      if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not target.gpu or launched >= 2**16) and \
          _may_be_lanes(sink, r):
         opts.append(Opt(AxisType.UPCAST, r, n))
   tile = bool(red and opts)  # (the upcasts made with a reduce are a tile's)
   if red and not tile and glob and _unit_stride(sink, glob[-1]) and \
      not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
-    if amount := _filled(glob[-1].size, dev): opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+    if amount := _filled(glob[-1].size, target): opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
   for r in inner:
     vectors = next((k * w for k in (4, 2) if r.size % (k * w) == 0), None)  # four vectors, else two
-    amount = 4 if dev.gpu or tile else vectors or _filled(r.size, dev)
+    amount = 4 if target.gpu or tile else vectors or _filled(r.size, target)
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
-def _filled(n:int, dev:Target) -> int:  # the widest vector, up to the device's, that n elements fill (0: none)
-  return next((v for v in reversed(widths) if v <= dev.width and n % v == 0), 0)
+def _filled(n:int, target:Target) -> int:  # the widest vector, up to the device's, that n elements fill (0: none)
+  return next((v for v in reversed(widths) if v <= target.width and n % v == 0), 0)
 
 def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an input that doesn't: upcasting r reuses it
   return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
@@ -3839,19 +3840,19 @@ def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next
     return b.arg - a.arg if a.op is b.op is Ops.CONST else None
   return all(step(x.addr) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
-def local_opts(sink:UOp, dev:Target) -> list[Opt]:
+def local_opts(sink:UOp, target:Target) -> list[Opt]:
   """Threads per block on the last (fastest, so coalesced) global axis, and on the one before it when the last is
   short, up to 128 threads within the device's limit; 32 for a matmul, whose reduce reuses its loads (what BEAM chose
   for the bigger matmuls on an H100: a small block spreads a matmul's few threads over more of the SMs)."""
   glob = ranges(sink, AxisType.GLOBAL)
   if not glob or ranges(sink, AxisType.LOCAL) or ranges(sink, AxisType.GROUP): return []  # a group's block: its reduce
-  opts, budget = [], min(dev.local_max, 32 if any(_reused(sink, r) for r in glob) else 128)
+  opts, budget = [], min(target.local_max, 32 if any(_reused(sink, r) for r in glob) else 128)
   for r in reversed(glob[-2:]):
     if budget >= 2: opts.append(Opt(AxisType.LOCAL, r, min(budget, r.size)))
     budget //= min(budget, r.size)
   return opts
 
-def tile_order(sink:UOp, dev:Target) -> list[Opt]:
+def tile_order(sink:UOp, target:Target) -> list[Opt]:
   """A matmul's rows run inside its columns where each step of its reduce reads more of b (what doesn't move along
   the rows) than of a: b's tile, the wider, then stays in cache while every tile of rows reads it, and a is what is
   read again, once per tile of columns. Rows outside read all of b once per tile of rows: a 1024 matmul's 4 MB, past
@@ -3865,7 +3866,7 @@ def tile_order(sink:UOp, dev:Target) -> list[Opt]:
   rows, cols = glob[-2:]
   return [Opt(AxisType.GLOBAL, rows, rows.size)] if lanes(rows) > lanes(cols) > 0 else []
 
-def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
+def thread_opts(sink:UOp, target:Target) -> list[Opt]:
   """CPU threads split an output loop into one chunk per core, when there is work enough to pay for them: a
   handoff to the pool costs a few microseconds, about what 250,000 cached floats take to add up, or 10,000 exps."""
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
@@ -3876,12 +3877,12 @@ def thread_opts(sink:UOp, dev:Target) -> list[Opt]:
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
   ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and dtypes.is_float(u.dtype))
-  if work * max(ops, 1) < 2**18 * dev.cores: return []
+  if work * max(ops, 1) < 2**18 * target.cores: return []
   # the outermost loop that every reduce moves along, so no thread computes a reduce another does too (a row's
   # columns never: each thread would compute the row's reduces), else the outermost; in whole chunks: a tail would
   # gate every load of the loop
   for r in [r for r in glob if all(r in free[u] for u in reduces)] or glob[:1]:
-    if chunks := next((t for t in range(min(dev.cores, r.size), 1, -1) if r.size % t == 0), None):
+    if chunks := next((t for t in range(min(target.cores, r.size), 1, -1) if r.size % t == 0), None):
       return [Opt(AxisType.THREAD, r, chunks)]
   return []
 
@@ -3915,7 +3916,7 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
   return beams[0].prog if beams and beams[0].time < _time(Device[device].program(prog), prog, bufs) else prog
 
-def candidates(sink:UOp, dev:Target) -> list[Opt]:
+def candidates(sink:UOp, target:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
   whole; on a GPU, threads on an output range or across a reduction (a range's tail past the last block is gated),
   where no opt made threads yet, and a matmul of 16-bit floats on tensor cores, before any other. (A group folds in
@@ -3924,15 +3925,15 @@ def candidates(sink:UOp, dev:Target) -> list[Opt]:
   if any(u.op is Ops.WMMA for u in sink.toposort): return []  # (a warp's tiles are laid out as the device's)
   rs = ranges(sink)
   # tensor cores first or never: their tiles take whole ranges
-  cores = [] if any(r.kind not in (AxisType.GLOBAL, AxisType.REDUCE) for r in rs) else tensor_core_opts(sink, dev)
+  cores = [] if any(r.kind not in (AxisType.GLOBAL, AxisType.REDUCE) for r in rs) else tensor_core_opts(sink, target)
   lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
-  blocks = dev.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
+  blocks = target.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
   kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []), AxisType.LOOP: [AxisType.UPCAST],
            AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if blocks else [])}
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
     if kind is AxisType.UPCAST: return r.size % n == 0 and lanes * n <= 64 and _may_be_lanes(sink, r)
     if kind is AxisType.UNROLL: return r.size % n == 0 and lanes * n <= 64
-    return n <= dev.local_max
+    return n <= target.local_max
   return cores + [Opt(kind, r, n) for r in rs for kind in kinds.get(r.kind, ()) for n in (2, 4, 8, 16, 32, 64, 128, 256)
                   if n < r.size and fits(kind, r, n)]
 
@@ -3948,14 +3949,14 @@ def _time(fn:Callable, prog:Program, bufs:list[Buffer]) -> float:
 # Lowering, step 5: from ranges to a program. Lanes replace upcast/unroll ranges, thread ids replace global/local
 # ranges on GPUs, reductions become accumulators, and a vector's lanes at consecutive addresses become one access.
 
-def to_lanes(sink:UOp, dev:Target) -> UOp:
+def to_lanes(sink:UOp, target:Target) -> UOp:
   """Upcast and unrolled ranges become lanes. The one most float loads and stores run along, from an aligned base,
   becomes the lanes of vectors (as_vectors): one load, op or store for all of them. Any other upcast/unroll range of n
   is n copies of the code with the range set to 0..n-1: the compiler sees lanes. Unrolled lanes of a reduce each get
   an accumulator, combined after the loop: n independent chains of adds, not one; with upcast outputs (a matmul tile,
   already many accumulators) the lanes combine inside the loop. Ranges already have the names they run as (a new name
   reorders every sum it is in), so the copies are simplified once, after."""
-  for r, w in vector_ranges(sink, dev): sink = as_vectors(*split_lanes(sink, r, w), dev.renderer)
+  for r, w in vector_ranges(sink, target): sink = as_vectors(*split_lanes(sink, r, w), target.renderer)
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
     values = list(itertools.product(*[range(r.size) for r in rs]))
     copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)
@@ -3985,7 +3986,7 @@ def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a cor
   while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2:]
   return xs[0]
 
-def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
+def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
   size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
   reduce's loop first, then upcasts), then others no value varies with together (a row's max, its sum, its outputs)."""
@@ -3994,7 +3995,7 @@ def vector_ranges(sink:UOp, dev:Target) -> list[tuple[UOp, int]]:
   def count(r:UOp, w:int) -> tuple[int, int]:
     vectors = [u for u in access if _contiguous(u, r, w)]
     return sum(u in looped for u in vectors), len(vectors)
-  filled = [(r, _filled(r.size, dev)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
+  filled = [(r, _filled(r.size, target)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
   found = [(count(r, w), r, w) for r, w in filled if w]
   free, chosen = [f for u, f in free_ranges(sink).items() if u is not sink], []
   for (_, total), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
@@ -4179,19 +4180,19 @@ output_loops = (AxisType.GLOBAL, AxisType.LOOP)
 # An output this big is written past the cache: a kernel that writes it whole is done with it, and one that reads it
 # next would find little of it in a cache anyway.
 STREAM_BYTES = 2**24
-def past_cache(buf:UOp, dev:Target) -> bool:  # an output this big, on a CPU that has stores past the cache
-  return bool(dev.streams) and buf.arg.size * buf.dtype.itemsize >= STREAM_BYTES
+def past_cache(buf:UOp, target:Target) -> bool:  # an output this big, on a CPU that has stores past the cache
+  return bool(target.streams) and buf.arg.size * buf.dtype.itemsize >= STREAM_BYTES
 
-def stream(sink:UOp, dev:Target) -> UOp:
+def stream(sink:UOp, target:Target) -> UOp:
   """Float vectors stored to a big output this kernel doesn't read go past the cache (x86's non-temporal stores):
   a cached store first reads its line from memory, so a copy moves a third less, and d=a*b+c of 10M floats a fifth
   (1.2x). The renderer ends such a kernel with a fence, which orders them before it returns."""
-  if not dev.streams: return sink
+  if not target.streams: return sink
   nodes = sink.toposort
   read = {u.memory for u in nodes if u.op is Ops.LOAD}
   def streamed(st:UOp) -> bool:
     return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
-      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= dev.streams and past_cache(st.buf, dev)
+      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= target.streams and past_cache(st.buf, target)
   return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streamed(u)})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -4306,8 +4307,8 @@ class Renderer:
     params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
     params += self.launch_params
     signature = f"{self.kernel.format(threads=prod(launch_dims(uops)[1]))} {name}({', '.join(params)})"
-    named = set(re.findall(r"\w+", "\n".join([signature, *body])))
-    header = list(dict.fromkeys(line for typ, lines in self.headers.items() if typ is None or typ in named
+    words = set(re.findall(r"\w+", "\n".join([signature, *body])))  # (a header goes in where its type is used)
+    header = list(dict.fromkeys(line for typ, lines in self.headers.items() if typ is None or typ in words
                                 for line in lines))
     return "\n".join(header + [signature + " {"] + body + ["}"])
 
