@@ -652,9 +652,10 @@ symbolic = PatternMatcher([
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),  # True ? x : y -> x
   (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
     lambda c: c),                                                       # c ? True : False -> c
-  # canonical order: constants last, so the rules below see one shape
-  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),                   # c+x -> x+c (max of -0.0 and 0.0 is the first:
-    lambda a, c0, x: None if is_const(x) or (a.op is Ops.MAX and c0.arg == 0) else a.replace(src=(x, c0))),  # kept)
+  # canonical order: constants last, so the rules below see one shape (but a max with a constant 0 stays as it is:
+  # max of -0.0 and 0.0 is its first, and swapping would change a zero's sign)
+  (UPat(GroupOp.Commutative, src=(c0, x), name="a"),                   # c+x -> x+c
+    lambda a, c0, x: None if is_const(x) or (a.op is Ops.MAX and c0.arg == 0) else a.replace(src=(x, c0))),
   ((xi + c0) + c1, lambda x, c0, c1: x + (c0.arg + c1.arg)),            # (x+c0)+c1 -> x+(c0+c1)
   ((xi * c0) * c1, lambda x, c0, c1: x * (c0.arg * c1.arg)),            # (x*c0)*c1 -> x*(c0*c1)
   (UPat(Ops.ADD, src=[xi + c0, yi]), lambda x, c0, y: None if is_const(y) else (x + y) + c0),  # (x+c)+y -> (x+y)+c
@@ -2330,7 +2331,7 @@ class Tensor:
       if (t := ref()) is None: continue
       live[k] = ref  # (the ones alive, kept)
       if k in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      # a whole view of a written buffer sees the write: no realize, unless another tensor of the writer's node
+      # a whole view of a written buffer holds what is written (no realize), unless it is the writer's node (twins)
       holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in twins
       if not holds: readers.append(t)
     Tensor._live = live
