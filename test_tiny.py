@@ -187,7 +187,8 @@ def test_python_type_chooses_dtype(value, dtype):
 
 def test_default_float_and_int_are_what_python_numbers_become(monkeypatch):
   assert (dtypes.default_float, dtypes.default_int) == (dtypes.float32, dtypes.int32)
-  assert Tensor.arange(0.5, 3).dtype == (Tensor([1, 2]) * 1.5).dtype == dtypes.float32  # (made before: no template kept)
+  # (made before the defaults change: a composite's template of them must not be kept)
+  assert Tensor.arange(0.5, 3).dtype == (Tensor([1, 2]) * 1.5).dtype == dtypes.float32
   monkeypatch.setattr(dtypes, "default_float", dtypes.float16)
   monkeypatch.setattr(dtypes, "default_int", dtypes.int64)
   made = [Tensor([1.5]), Tensor(2.0), Tensor.zeros(2), Tensor.rand(3), Tensor.randn(3), Tensor.arange(0.5, 3),
@@ -4976,7 +4977,8 @@ def test_losses_match_their_formulas():
            lambda r: Ref([-sum(lsm(r, i)[labels[i]] for i in range(5))], ()), (logits, (5, 7)))
   ws = [0.5 + k / 7 for k in range(7)]  # class weights: picked by the labels, a gather inside the loss's reduce
   check_op(lambda t: t.log_softmax(1).nll_loss(Tensor(labels), weight=Tensor(ws)),
-           lambda r: Ref([-sum(ws[labels[i]] * lsm(r, i)[labels[i]] for i in range(5)) / sum(ws[y] for y in labels)], ()),
+           lambda r: Ref([-sum(ws[labels[i]] * lsm(r, i)[labels[i]] for i in range(5))
+                          / sum(ws[y] for y in labels)], ()),
            (logits, (5, 7)))
   assert_close(Tensor(logits).reshape(5, 7).sparse_categorical_crossentropy(Tensor(labels), ignore_index=6).item(),
                -sum(lsm(Ref(logits, (5, 7)), i)[labels[i]] for i in (0, 1, 4)) / 3, rtol=1e-5)
@@ -5023,7 +5025,8 @@ def test_creation_and_random_composites():
   t = Tensor([[1.0, 2.0]])
   assert t.size() == (1, 2) and t.size(-1) == 2 and t.element_size() == 4 and t.is_floating_point()
   assert t.data().tolist() == [[1.0, 2.0]] and Tensor([1, 2]).bitcast(dtypes.uint32).tolist() == [1, 2]
-  assert [Tensor([-1.0], device=d).bitcast(dtypes.int).item() for d in ('CPU', 'PYTHON')] == [-1082130432] * 2 and t.long().dtype == dtypes.int64
+  assert [Tensor([-1.0], device=d).bitcast(dtypes.int).item() for d in ('CPU', 'PYTHON')] == [-1082130432] * 2
+  assert t.long().dtype == dtypes.int64
 
 
 # --- weights on disk
