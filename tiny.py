@@ -2566,8 +2566,8 @@ class Adam(Optimizer):
     up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
     if self.decoupled: up = up + self.weight_decay * p
     if self.trust:  # LAMB's: |p| / |up|, 1 where either is 0
-      norms = p.square().sum().sqrt(), up.square().sum().sqrt()
-      up = up * ((norms[0] > 0) & (norms[1] > 0)).where(norms[0] / norms[1], 1.0)
+      p_norm, up_norm = p.square().sum().sqrt(), up.square().sum().sqrt()
+      up = up * ((p_norm > 0) & (up_norm > 0)).where(p_norm / up_norm, 1.0)
     return p - self.lr[0] * up
 
 class AdamW(Adam):
@@ -2589,6 +2589,9 @@ def parameter(t:Tensor) -> Tensor:  # a layer's parameter, in a buffer of its ow
   t = t._owned()
   t.requires_grad = True
   return t
+
+def _affine(shape, on:bool) -> tuple[Tensor|None, Tensor|None]:  # a norm's weight (ones) and bias (zeros), or none
+  return (parameter(Tensor.ones(shape)), parameter(Tensor.zeros(shape))) if on else (None, None)
 
 class Linear:
   def __init__(self, in_features:int, out_features:int, bias=True):
@@ -2633,8 +2636,7 @@ class GroupNorm:
   """Each group of a sample's channels (axis 1) to mean 0 and variance 1, then each channel scaled and shifted."""
   def __init__(self, num_groups:int, num_channels:int, eps=1e-5, affine=True):
     self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-    self.weight, self.bias = (parameter(Tensor.ones(num_channels)), parameter(Tensor.zeros(num_channels))) if affine \
-      else (None, None)
+    self.weight, self.bias = _affine(num_channels, affine)
   def __call__(self, x:Tensor) -> Tensor:
     x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
     channels = (1, -1, *(1,) * (x.ndim - 2))
@@ -2657,8 +2659,7 @@ class LayerNorm:
   def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     self.axis, self.eps = tuple(-1 - i for i in range(len(self.normalized_shape))), eps
-    self.weight = parameter(Tensor.ones(*self.normalized_shape)) if elementwise_affine else None
-    self.bias = parameter(Tensor.zeros(*self.normalized_shape)) if elementwise_affine else None
+    self.weight, self.bias = _affine(self.normalized_shape, elementwise_affine)
   def __call__(self, x:Tensor) -> Tensor:
     x = x.layernorm(self.axis, self.eps)
     return x if self.weight is None else x * self.weight + self.bias
@@ -2671,7 +2672,7 @@ class BatchNorm:
   them (momentum: how much a batch moves them; the variance unbiased) outside it."""
   def __init__(self, sz:int, eps=1e-5, affine=True, track_running_stats=True, momentum=0.1):
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
-    self.weight, self.bias = (parameter(Tensor.ones(sz)), parameter(Tensor.zeros(sz))) if affine else (None, None)
+    self.weight, self.bias = _affine(sz, affine)
     if track_running_stats:  # state, not parameters: an optimizer given them leaves them
       self.running_mean, self.running_var = Tensor.zeros(sz), Tensor.ones(sz)
       self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.long)
@@ -3355,7 +3356,9 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   for t in v.src[0].terms(Ops.AND):
     pin = pins(t)
     if pin is None: rest.append(t)
-    else: at[pin[0]] = pin[1].cast(dtypes.index)  # (r, e): r is e
+    else:
+      r, e = pin
+      at[r] = e.cast(dtypes.index)
   if len(at) != len(reduced): return None
   # each pick in range (-1 < e < r's size), and the rest of the condition
   valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
@@ -3516,7 +3519,7 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   def digit(bit:int) -> UOp:  # bits bit..bit+11 of W; one that straddles two words takes its top bits from the next
     i, o = divmod(bit, 32)
     low = (ws[i] >> o) & min(0xFFF, (1 << (32 - o)) - 1)
-    return low if o + 12 <= 32 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))  # (inside word i, or not)
+    return low if o <= 20 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))  # (o <= 20: inside word i)
   w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
   d, carry = [], m.const_like(0)
   for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
@@ -4032,7 +4035,7 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       rest = tuple(r for r in x.src[1:] if r is not lane)
       part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
-    op = x.arg if x.op is Ops.REDUCE else x.op  # (a reduce is vectorized by the op it combines with)
+    op = x.arg if x.op is Ops.REDUCE else x.op
     if op in ops and vec in vector_types and \
        any(_is_vector(done[s]) for s in x.src):  # (a reduce by the op it combines with; index math stays lanes)
       if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
