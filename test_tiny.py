@@ -2528,7 +2528,7 @@ def test_a_shape_no_index_can_count_is_refused_at_the_op():
   with pytest.raises(ValueError, match="int64"): Tensor.ones(2**40, 1).expand(2**40, 2**40)
 
 def test_index_math_is_64_bit_only_where_it_must_be():
-  big = Tensor([1.0, 2.0, 3.0]).reshape(3, 1).expand(3, 2**31).sum()
+  big = Tensor.empty(2**31 + 5).sum()
   small = Tensor.empty(1003, 7).sum(axis=1)
   for device, wide in (("CPU", "long long"), ("CUDA", "long long"), ("METAL", "long")):
     assert any(f"{wide} " in p.src for p in tiny.render(big, device=device))
@@ -4731,6 +4731,24 @@ def test_reduce_and_scan_composites_match_their_formulas(name, fn, ref, size):
   rng = random.Random(name)
   vals = _vals(rng, 3 * 7 * 2, 0.5 if name == "cumprod" else -2)
   check_op(fn, lambda x: _along(x, 1, ref, size), (vals, (3, 7, 2)), rtol=2e-4, atol=2e-5)
+
+def test_a_scans_blocks_unroll_their_triangle_and_its_compares_fold_away():
+  tiny.program_cache.clear()
+  with pytest.MonkeyPatch.context() as m:
+    m.setenv("NOCACHE", "1")  # (the uops of a program from the disk cache aren't kept)
+    blocks = tiny.render(Tensor.empty(63 * 16).cumsum())[0]
+  assert blocks.opts == "upcast 16:16 unroll 16:16" and not any(u.op in tiny.GroupOp.Compare for u in blocks.uops)
+
+def test_a_constant_below_the_common_factor_of_a_sum_leaves_its_division_and_remainder():
+  """(g*a + k) // c is a // (c/g), where g divides c and k < g; every value checked against Python's // and %."""
+  r, s = (tiny.new_range(n, tiny.AxisType.GLOBAL) for n in (11, 9))
+  const = lambda v: tiny.UOp.const(dtypes.index, v)
+  for g, k, c in ((8, 3, 16), (8, 7, 16), (6, 5, 18), (6, 5, 12), (4, 0, 12)):
+    for op in (operator.floordiv, operator.mod):
+      folded = tiny.simplify(op(r * g + s * (2 * g) + k, c))
+      if op is operator.floordiv: assert not any(u.op is tiny.Ops.CONST and u.arg == k for u in folded.toposort), folded
+      for i, j in itertools.product(range(11), range(9)):
+        assert tiny.simplify(tiny.substitute(folded, {r: const(i), s: const(j)})).arg == op(g * i + 2 * g * j + k, c)
 
 def test_scans_past_a_block_and_their_indices():
   rng = random.Random(5)
