@@ -313,12 +313,16 @@ class UOpMeta(type):
     u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
     ref = NodeRef(u, UOpMeta.forget)
     ref.key = key
-    if UOpMeta.nodes.setdefault(key, ref) is not ref:  # (atomic) another thread's node, or a dead entry
-      with UOpMeta.lock:  # again under the lock: forget() may have dropped the dead entry meanwhile
-        if (found := UOpMeta.nodes.setdefault(key, ref)) is not ref:
-          if (alive := found()) is not None: return alive
-          UOpMeta.nodes[key] = ref
+    if UOpMeta.nodes.setdefault(key, ref) is not ref:  # (atomic) taken: another thread's live node, or a dead entry
+      with UOpMeta.lock:  # forget() drops dead entries under this lock: look again
+        found = UOpMeta.nodes.setdefault(key, ref)
+        if found is not ref and (alive := found()) is not None: return alive
+        UOpMeta.nodes[key] = ref  # (a dead entry's key: ours now)
     return u
+  @staticmethod
+  def existing(op:Ops, dtype:DType|None, src:tuple, arg:Any) -> UOp|None:  # the live node of these fields; builds none
+    ref = UOpMeta.nodes.get((op, dtype, src, arg_key(arg)))
+    return None if ref is None else ref()
   @staticmethod
   def forget(ref:NodeRef, nodes=nodes, lock=lock):
     # drops the entry only if it still holds this dead reference: a node built again for the key in the meantime stays.
@@ -444,9 +448,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
     limits, b = dtypes.limits(self.dtype), None
-    # (of its operands: a where's two branches, not its condition)
+    operands = self.src[-2:]  # a where's two branches (not its condition); any other op's sources
     if self.op in alu_bounds and \
-       all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in self.src[-2:]):
+       all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in operands):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
     if b is not None and limits[0] <= b[0] and b[1] <= limits[1]: return b  # past the limits it wraps: anything
     return limits
@@ -514,8 +518,9 @@ class UPat(MathMixin):
     for pats in self.orders:
       if len(pats) != len(u.src): continue
       stores = [store]
-      for p, s in zip(pats, u.src):  # a source of another op is turned away before the captures are copied
-        stores = [m for st in stores for m in p.match(s, dict(st))] if p.op is None or s.op in p.op else []
+      for p, s in zip(pats, u.src):
+        op_fits = p.op is None or s.op in p.op  # (checked before the captures are copied)
+        stores = [m for st in stores for m in p.match(s, dict(st))] if op_fits else []
       matches.extend(stores)
     return matches
 
@@ -958,9 +963,9 @@ def _template(fn:Callable, args:tuple, kwargs:dict) -> tuple[list[UOp], UOp, str
   args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
   out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
   def replayable(view:UOp) -> bool:  # made by moves from the placeholder's whole view: _rebuilt makes it so again
-    first = view.arg
-    while first.before is not None: first = first.before
-    return first == ShapeTracker.contiguous(first.shape)
+    start = view.arg
+    while start.before is not None: start = start.before  # the tracker its moves began from
+    return start == ShapeTracker.contiguous(start.shape)  # the placeholder's own (a detached view's has a move)
   if not all(replayable(u) for u in out.uop.toposort if u.op is Ops.VIEW and u.src[0] in leaves): return None
   return leaves, out.uop, out.device
 
@@ -1125,9 +1130,10 @@ class Tensor:
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
-    at = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))  # each one's dim
-    shape = tuple(ts[a].numel() for a in at)  # (xy's swap is its own inverse: at is also dim d -> its tensor)
-    return tuple(t.reshape(tuple(-1 if d == a else 1 for d in range(len(ts)))).expand(shape) for t, a in zip(ts, at))
+    dim_of = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))  # tensor k's
+    shape = tuple(ts[k].numel() for k in dim_of)  # dim d's size (xy's swap is its own inverse: dim_of maps both ways)
+    return tuple(t.reshape(tuple(-1 if d == k else 1 for d in range(len(ts)))).expand(shape)
+                 for t, k in zip(ts, dim_of))
 
   @staticmethod
   def manual_seed(seed:int=0): Tensor._seed, Tensor._counter = seed, 0
@@ -1203,8 +1209,8 @@ class Tensor:
       raise ValueError(f"can't draw {num_samples} of {w.shape[1]} without replacement")
     if replacement or num_samples == 1:
       cdf = w.float().cumsum(1)
-      u = Tensor.rand(num_samples, w.shape[0], 1, device=self.device) * cdf[:, -1:].unsqueeze(0)
-      picks = (u >= cdf.unsqueeze(0)).sum(2).permute(1, 0)
+      u = Tensor.rand(num_samples, w.shape[0], 1, device=self.device) * cdf[:, -1:].unsqueeze(0)  # (samples, rows, 1)
+      picks = (u >= cdf.unsqueeze(0)).sum(2).permute(1, 0)  # how many running sums u passes: the class drawn
     else: picks = (w.rand_like(dtype=dtypes.float).log() / w).topk(num_samples, 1)[1]
     return (picks.squeeze(0) if self.ndim == 1 else picks).cast(dtypes.int32)
   def dropout(self, p:float=0.5) -> Tensor:  # zeroes each element with probability p in Tensor.train(), scales the rest
@@ -1248,8 +1254,8 @@ class Tensor:
   alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def _wide(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()  # >= float32
-  def _unary(self, op:Ops) -> Tensor:  # a 16-bit float's transcendental runs in float32: not every dialect has one
-    return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)
+  def _unary(self, op:Ops) -> Tensor:  # in float32 at least (not every dialect has 16-bit transcendentals), then
+    return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)  # back to its float dtype (an int's: default)
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -1269,7 +1275,8 @@ class Tensor:
     (a * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as torch's."""
     if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
     q = self / b  # (where b is 0: x / 0, as torch's)
-    return (b == 0).where(q, ((self - self.fmod(b)) / b).round()._signed_zero(q))
+    quotient = (self - self.fmod(b)) / b  # a whole number but for rounding: self - fmod(self, b) is a multiple of b
+    return (b == 0).where(q, quotient.round()._signed_zero(q))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
     quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is, as python_alu says)."""
@@ -1630,12 +1637,13 @@ class Tensor:
     (x, back), fill = self._last(axis), identity(op, self.dtype).arg
     n, block = x.shape[-1], 16
     if n <= block:
-      return back(Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril().where(x.unsqueeze(-2), fill)
-                  ._reduce(op, -1, False))
-    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
+      upto = Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril()  # [i, j]: j <= i, what output i reduces
+      return back(upto.where(x.unsqueeze(-2), fill)._reduce(op, -1, False))
+    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)  # (..., n/16, 16)
     within = blocks._scan(op, -1)
-    totals = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)  # shifted one on: the first gets fill
-    return back(within._alu(op, totals.unsqueeze(-1)).flatten(-2)[..., :n])
+    # each block's start: the scan of the blocks' totals shifted one on (1 padded before, 1 cut after): the first's fill
+    start = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
+    return back(within._alu(op, start.unsqueeze(-1)).flatten(-2)[..., :n])
   def _widened(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
     narrower = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
     return self.cast(dtypes.int64) if narrower else self
@@ -1666,13 +1674,15 @@ class Tensor:
     a stable sort), and each place takes the element whose place it is. Comparisons of every pair: n^2 work."""
     if not self.ndim: return self, Tensor(0, dtypes.int32, self.device)
     x, back = self.contiguous()._last(dim)  # (stored: its values are the ones compared and placed, see argmax)
-    a, b, steps = x.unsqueeze(-1), x.unsqueeze(-2), Tensor.arange(x.shape[-1], device=self.device)
+    a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a: [i, 1], b: [1, j]
+    steps = Tensor.arange(x.shape[-1], device=self.device)
     def below(p, q): return (p < q) | (p == p) & (q != q)  # a nan above every number, as torch sorts
     same = (b == a) | (a != a) & (b != b)
-    place = ((below(a, b) if descending else below(b, a)) | same & (steps < steps.unsqueeze(-1))).sum(-1)
-    at = place._one_hot(x.shape[-1])  # [i, p]: element i goes to place p
-    return (back(at.where(a, 0).sum(-2).cast(self.dtype)),
-            back(at.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
+    before = below(a, b) if descending else below(b, a)  # [i, j]: x_j goes before x_i
+    place = (before | same & (steps < steps.unsqueeze(-1))).sum(-1)  # (of equal ones, j < i first: a stable sort)
+    goes_to = place._one_hot(x.shape[-1])  # [i, p]: element i goes to place p
+    return (back(goes_to.where(a, 0).sum(-2).cast(self.dtype)),
+            back(goes_to.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
   def argsort(self, dim=-1, descending=False) -> Tensor: return self.sort(dim, descending)[1]
   def topk(self, k:int, dim=-1, largest=True, sorted_=True) -> tuple[Tensor, Tensor]:
     d = self._dim(dim)
@@ -1822,15 +1832,16 @@ class Tensor:
     for i in idxs:
       if not dtypes.is_int(i.dtype): raise IndexError(f"a tensor index must be of ints or bools, not {i.dtype.name}")
     shape, rest = broadcast_shape(*[i.shape for i in idxs]), [d for d in range(self.ndim) if d not in dims]
-    sizes, lead = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))
+    sizes, no_rest = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))  # (a 1 for each dim of rest)
+    # every operand is laid out over (*rest, *shape, *sizes), with a 1 where it doesn't vary
     x = self.permute(*rest, *dims).reshape(*[self.shape[d] for d in rest], *(1,) * len(shape), *sizes)
     hit = None
     for k, (i, n) in enumerate(zip(idxs, sizes)):
-      at = (i < 0).where(i + n, i)._expand(shape).reshape(*lead, *shape, *(1,) * len(sizes))
-      places = Tensor.arange(n, device=self.device).reshape(*lead, *(1,) * len(shape),
+      index = (i < 0).where(i + n, i)._expand(shape).reshape(*no_rest, *shape, *(1,) * len(sizes))
+      places = Tensor.arange(n, device=self.device).reshape(*no_rest, *(1,) * len(shape),
                                                             *[n if j == k else 1 for j in range(len(sizes))])
-      hit = at == places if hit is None else hit & (at == places)
-    out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
+      hit = index == places if hit is None else hit & (index == places)
+    out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)  # summed over the sizes
     side_by_side = dims == list(range(dims[0], dims[0] + len(dims)))  # the picked shape takes their place, else first
     r, b, first = len(rest), len(shape), dims[0] if side_by_side else 0
     # out is (*rest, *shape): shape's b dims go after the first `first` dims of rest
@@ -1850,8 +1861,8 @@ class Tensor:
     self.assign(new)
   def _box(self, idx) -> list[tuple[int, int]]|None:  # the block an index of ints and slices of step 1 picks, or None
     idx = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
-    if not all(i is Ellipsis or isinstance(i, int) and not isinstance(i, bool)
-               or isinstance(i, slice) and i.step in (None, 1) for i in idx): return None
+    if not all(i is Ellipsis or (isinstance(i, int) and not isinstance(i, bool))
+               or (isinstance(i, slice) and i.step in (None, 1)) for i in idx): return None
     dims = [i for i in idx if i is not Ellipsis]
     at = next((k for k, i in enumerate(idx) if i is Ellipsis), len(idx))
     idx[at:at+1] = [slice(None)] * (self.ndim - len(dims))  # (the dims ... stands for, or those after the last)
@@ -1879,10 +1890,11 @@ class Tensor:
       raise ShapeError(f"scatter's index of shape {index.shape} doesn't fit src's shape {src.shape}")
     if src.dtype != self.dtype:
       raise DTypeError(f"scatter of {src.dtype.name} into {self.dtype.name}: dtypes must match")
+    # laid out as (*x.shape, k): x's dims (at d, its n places), then the k indices along d
+    hit = index._one_hot(self.shape[d]).transpose(d, -1)  # index's shape, n at d, index's dim d last
+    values = src.shrink(tuple((0, i) for i in index.shape)).unsqueeze(-1).transpose(d, -1)  # 1 at d, src's dim d last
     grow = tuple((0, 0 if k == d else s - i) for k, (i, s) in enumerate(zip(index.shape, self.shape))) + ((0, 0),)
-    src = src.shrink(tuple((0, i) for i in index.shape))
-    # (as gather's, the other way: the one-hot's n moves to dim d, and src's element to the last dim, against it)
-    return index._one_hot(self.shape[d]).transpose(d, -1).pad(grow), src.unsqueeze(-1).transpose(d, -1).pad(grow)
+    return hit.pad(grow), values.pad(grow)  # (places no index reaches: never hit)
   def scatter(self, dim:int, index:Tensor, src, reduce:str|None=None) -> Tensor:
     if reduce not in (None, "add", "multiply"):
       raise TypeError(f"scatter's reduce is None, 'add' or 'multiply', not {reduce!r}")
@@ -2018,12 +2030,12 @@ class Tensor:
     w = self._const(w)
     n1, n2 = self.ndim, w.ndim
     if n1 == 0 or n2 == 0: raise ShapeError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
-    k = -min(n2, 2)  # w's shared dim: its only one, or its rows
-    ones = (1,) * min(n1 - 1, n2 - 1, 1)  # where both are matrices, x's room for w's columns and w's for x's rows
-    if self.shape[-1] != w.shape[k]:
+    shared = -2 if n2 > 1 else -1  # w's dim that meets x's last: its rows (w: (..., K, N)), or its only one
+    gap = (1,) * (n1 > 1 and n2 > 1)  # both matrices: a 1 in x for w's columns, in w for x's rows
+    if self.shape[-1] != w.shape[shared]:
       raise ShapeError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
-    x = self.reshape(self.shape[:-1] + ones + self.shape[-1:])
-    w = w.reshape(w.shape[:-2] + ones + w.shape[k:]).transpose(-1, k)
+    x = self.reshape(self.shape[:-1] + gap + self.shape[-1:])  # a matrix x: (..., M, 1, K)
+    w = w.reshape(w.shape[:-2] + gap + w.shape[shared:]).transpose(-1, shared)  # a matrix w: (..., 1, N, K)
     # an int matmul keeps its dtype, as numpy's and torch's (sum: int64); 16-bit floats multiply exactly in float32
     # and add up there, as torch's and a tensor core's
     dtype = dtypes.promote(x.dtype, w.dtype)
@@ -2048,7 +2060,8 @@ class Tensor:
     """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, as a view. Along
     a dim of size n, the input is repeated and read in rows of a length that is dilation more than a multiple of n, so
     row j starts j*dilation further on; each row is cut to its out steps of stride. No data moves: a kernel reads the
-    input where each window lies."""
+    input where each window lies. (n=5, kernel 3, stride 1, dilation 1: rows of 6 of 0 1 2 3 4 0 1 2 3 4 ..., so
+    0 1 2 3 4 0 | 1 2 3 4 0 1 | 2 3 4 0 1 2, each cut to 3: kernel place j at output i reads input i + j.)"""
     dims = len(kernel)
     stride, dilation = per_dim(stride, dims), per_dim(dilation, dims)
     lead, size = self.ndim - dims, self.shape[-dims:]
@@ -2060,8 +2073,10 @@ class Tensor:
       row = d + n * max(1, cdiv(o * s - d, n))  # at least o*s long, and d (mod n): row j starts j*d into the input
       x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)  # repeated
       x = x._along(p, 0, k * row).unflatten(p, (k, row))  # k rows: kernel place j reads from j*d on
-      x = x._along(p + 1, 0, o * s).unflatten(p + 1, (o, s))._along(p + 2, 0, 1).squeeze(p + 2)  # each step's first
-    return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(dims)], *[lead + 2 * i for i in range(dims)])
+      x = x._along(p + 1, 0, o * s).unflatten(p + 1, (o, s))  # each row cut into o steps of s
+      x = x._along(p + 2, 0, 1).squeeze(p + 2)  # a step's first element: (kernel, out) at p, p + 1
+    outs, kernels = [lead + 2 * i + 1 for i in range(dims)], [lead + 2 * i for i in range(dims)]
+    return x.permute(*range(lead), *outs, *kernels)
   @staticmethod
   def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
     padding = per_dim(padding, dims)  # for each, or torch's flat pairs
@@ -2110,8 +2125,9 @@ class Tensor:
     pads = Tensor._pads(padding, dims)
     extra = [0] * dims
     for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
-      span = n + b + a - d * (k - 1) - 1  # where the last window may start: it starts every s, out of them
-      if ceil_mode and span % s and (span // s + 1) * s < n + b: extra[i] = s - span % s
+      span = n + b + a - d * (k - 1) - 1  # the last place a window may start; windows start every s
+      last = span // s * s  # where the last window starts without ceil_mode
+      if ceil_mode and span % s and last + s < n + b: extra[i] = s - span % s  # one more, starting before the padding
     return kernel, stride, dilation, pads, extra
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
@@ -2182,10 +2198,11 @@ class Tensor:
     names = lhs.split(",")
     if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
     def covered(t, n): return t.ndim - len(n.replace("...", ""))  # the dims ... stands for in t
-    most = max(covered(t, n) for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0
-    ellipsis = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula][:most])  # for the dims of "..."
+    dots = max(covered(t, n) for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0  # the widest "..."
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula]  # letters the formula doesn't use
+    ellipsis = "".join(spare[:dots])  # one for each dim of the widest "..."
     # an operand whose "..." covers fewer dims takes the last of those letters: its dims broadcast from the right
-    names = [n.replace("...", ellipsis[most - covered(t, n):]) for t, n in zip(ts, names)]
+    names = [n.replace("...", ellipsis[dots - covered(t, n):]) for t, n in zip(ts, names)]
     joined = "".join(names)  # (no output given: the letters named once, sorted, as numpy's)
     if not arrow: out = ellipsis + "".join(sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ellipsis))
     out = out.replace("...", ellipsis)
@@ -2194,8 +2211,9 @@ class Tensor:
       if len(n) != t.ndim: raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape}")
       while (c := next((c for c in n if n.count(c) > 1), None)) is not None:  # a letter twice: the diagonal ("ii")
         i, j = n.index(c), n.index(c, n.index(c) + 1)
-        ts[k], n = ts[k].diagonal(0, i, j), n[:i] + n[i+1:j] + n[j+1:] + c
+        ts[k], n = ts[k].diagonal(0, i, j), n[:i] + n[i+1:j] + n[j+1:] + c  # diagonal() puts the dim last
       names[k] = n
+    # each operand permuted into the order of the letters, with a 1 for each letter it lacks
     laid = [t.permute(*sorted(range(t.ndim), key=lambda i: letters.index(n[i])))
              .reshape(*[t.shape[n.index(c)] if c in n else 1 for c in letters]) for t, n in zip(ts, names)]
     total = functools.reduce(Tensor.mul, laid)
@@ -2333,9 +2351,9 @@ class Tensor:
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
-    a graph that reads one, or a view of one (copied). A tensor that is one of them, whole, holds what is written (a
-    view of a tensor written), unless it is a skipped tensor's very node: two tensors of one graph, realized once
-    (two LayerNorms' ones(n)), each hold their own (copied)."""
+    - one whose graph reads such a buffer: realized now (a view of one: copied first);
+    - one that is such a buffer, whole: left as it is, it holds what is written; unless it is the very node of a
+      skipped tensor (two LayerNorms' ones(n), one graph realized once): then copied, so that each holds its own."""
     live, readers, skipped = {}, [], {id(s) for s in skip}
     twins = {s.uop for s in skip}
     for k, ref in Tensor._live.items():  # (in the order made, so that a step's plan is found again on the next)
@@ -2356,15 +2374,16 @@ class Tensor:
       key, buffers, nodes = structure([t.uop for t in group], device)
       plan = planned(key, nodes)
       bufs = plan.run(buffers, device)
-      for r, view in plan.writes.items(): remember(nodes[r], view.rebind(bufs[view.src[0].arg.index]))
-      kept = on_grad_paths([t.uop for t, view in zip(group, plan.roots) if view is not None])
+      def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
+      for r, view in plan.writes.items(): remember(nodes[r], bound(view))  # each assign: done
+      on_paths = on_grad_paths([t.uop for t, view in zip(group, plan.roots) if view is not None])
       for t, view in zip(group, plan.roots):
         if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
         else:
-          bound = view.rebind(bufs[view.src[0].arg.index])
-          if t.uop in kept and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
-            bound.__dict__["computed_from"] = t.uop  # (read by the gradient walk: _grad_sources, _read_sources)
-          t.uop = remember(t.uop, bound)
+          held = bound(view)
+          if t.uop in on_paths and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
+            held.__dict__["computed_from"] = t.uop  # (the gradient walk goes on through it: see computed_from)
+          t.uop = remember(t.uop, held)
     return self
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -2444,14 +2463,21 @@ unmoves: dict[str, Callable] = {
   "flip": lambda g, x, axes: g.flip(axes),
 }
 
+def computed_from(u:UOp) -> UOp|None:
+  """The graph a realized result was computed from, where a gradient path runs through it (Tensor.realize notes it on
+  the result's view, outside the node's four fields: the view of equal memory is one node either way)."""
+  return u.__dict__.get("computed_from")
+
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
-  if (origin := u.__dict__.get("computed_from")) is not None: return (origin,)
+  if (origin := computed_from(u)) is not None: return (origin,)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
-  whole = st.move is None and u.src[0].op is not Ops.BUFFER  # the first move was made on the node itself
-  return (u.src[0],) if whole else (UOp(Ops.VIEW, u.dtype, u.src, st),)
+  # before is the node's own whole view (no move made it): the gradient goes to the node itself, unless it is a BUFFER,
+  # whose tensor is that view
+  if st.move is None and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
+  return (UOp(Ops.VIEW, u.dtype, u.src, st),)
 
 # The nodes of tensors set to require grad; for a view of a buffer, the BUFFER: a walk back through moves makes the
 # view again, but every graph that reads it holds the buffer.
@@ -2475,16 +2501,15 @@ def on_grad_paths(roots:list[UOp]) -> set[UOp]:
     return False
   return {root for root in roots if reaches(root)} if trainable_nodes else set()
 def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was computed from, and a view's nearest live view
-  origin = u.__dict__.get("computed_from")
+  origin = computed_from(u)
   srcs = u.src if origin is None else (*u.src, origin)
   st = u.arg.before if u.op is Ops.VIEW else None
   while st is not None:  # a view its moves went through may be a trainable tensor's node: found if it lives, not made
-    ref = UOpMeta.nodes.get((Ops.VIEW, u.dtype, u.src, st))
-    if ref is not None and (v := ref()) is not None: return (*srcs, v)
+    if (v := UOpMeta.existing(Ops.VIEW, u.dtype, u.src, st)) is not None: return (*srcs, v)
     st = st.before
   return srcs
 
-def _grad_node(u:UOp) -> UOp: return u.__dict__.get("computed_from", u)  # where a tensor's gradient arrives
+def _grad_node(u:UOp) -> UOp: return computed_from(u) or u  # where a tensor's gradient arrives
 
 def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
   """Every node the roots' gradients flow through, sources first, each with its _grad_sources (found once)."""
@@ -2505,7 +2530,7 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   tensor = functools.partial(Tensor._of, device=root.device)
   for u, sources in reversed(order.items()):
     if (g := grads.get(u)) is None or not any(s in leads for s in sources): continue
-    if "computed_from" in u.__dict__: partials = (g,)  # a realized result: the values it was computed as
+    if computed_from(u) is not None: partials = (g,)  # a realized result: the values it was computed as
     elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
     else: partials = rule(g, tensor(u), *map(tensor, sources))
     for s, d in zip(sources, partials):
@@ -2905,11 +2930,11 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_made + i, prod(u.shape))),),
                   ShapeTracker.contiguous(u.shape)) for i, u in enumerate(made)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
-  rows = {became[u]: i for i, u in enumerate(graph)}
-  items = [_kernel(g, views, realize, rows) for g in group_outputs(reads, has_reduce)]
-  held = {r: view for item in items for r, view in item.stores.items()}
-  return Plan(items, [(prod(u.shape), u.dtype) for u in made], [held.get(r) for r in key.roots],
-              {r: view for r, view in held.items() if graph[r].op is Ops.ASSIGN})
+  row_of = {became[u]: i for i, u in enumerate(graph)}  # (split and packed) node -> its row
+  items = [_kernel(g, views, realize, row_of) for g in group_outputs(reads, has_reduce)]
+  stored_at = {r: view for item in items for r, view in item.stores.items()}  # row -> the slot view that holds it
+  return Plan(items, made=[(prod(u.shape), u.dtype) for u in made], roots=[stored_at.get(r) for r in key.roots],
+              writes={r: view for r, view in stored_at.items() if graph[r].op is Ops.ASSIGN})
 
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
   graph: list[UOp] = []
@@ -2929,9 +2954,9 @@ def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[S
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node.
-# Inside a TinyJit's capture, only what the capture itself computed counts as computed: a value computed before, from
-# other inputs, is computed again, so that the replay computes it from its own. An assign done before is its buffer:
-# done again, it would write twice.
+# In a TinyJit's capture a node counts as computed only if the capture computed it: one computed before, from other
+# inputs, is computed again, so the replay computes it from its own. An assign done before stays its buffer (done
+# again, it would write twice).
 def realized_view(u:UOp) -> UOp|None:
   if (ref := u.__dict__.get("realized")) is None: return None
   if capturing.now is not None and u not in capturing.now.computed and u.op is not Ops.ASSIGN: return None
@@ -2952,11 +2977,11 @@ def _expands(st:ShapeTracker) -> bool:
 BIG_REDUCE = 2**15  # elements from which a reduction to few outputs splits in two kernels
 
 def split_reduce(r:UOp, device:str) -> UOp:
-  """A big reduction to few outputs runs as two kernels: about 256 partial results per output (on a GPU, one per 4096
-  elements up to 4096: a block each, enough to fill every SM), each over a contiguous chunk of a multiple of four or
-  two of the device's vectors, or one, or 4 elements (vector loads, unrolled), then their combine. One kernel would be
-  one block of threads: a sliver of a GPU. A size with no such split is padded with the reduction's identity (which
-  gates every load: no vectors)."""
+  """A big reduction to few outputs runs as two kernels, partial results and then their combine (one kernel would be
+  one block of threads: a sliver of a GPU). Each output gets about 256 parts (on a GPU, one per 4096 elements, up to
+  4096: a block each, enough to fill every SM), each a contiguous chunk whose length is a multiple of a unit: 4, 2 or
+  1 of the device's vectors, else 4 elements (vector loads, unrolled). A size no split divides is padded with the
+  reduction's identity (which gates every load: no vectors)."""
   (op, axes), x = r.arg, r.src[0]
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < BIG_REDUCE or prod(kept) >= 256: return r
@@ -3019,21 +3044,21 @@ LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores d
 
 class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the sources it fuses (those not stored)
   reduce: bool          # a reduce is among them
-  pending: tuple|None   # a reduce not broadcast back yet: the shape of its rows, () if not rows (see _pending)
+  pending: tuple|None   # a reduce not broadcast back yet: the shape of its rows, or NOT_ROWS (see _pending)
   cost: int             # of one element
   rows: frozenset       # the row reduces kept in its kernel
 
 def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
-  """The nodes stored to memory, each with why: the outputs, contiguous(), a reduce that would otherwise be
-  recomputed (one read by several consumers, broadcast, or reduced again), and work dearer to recompute than to store
-  (read through a broadcast, each element is computed once per copy: exp(x) in x.exp() @ w, once per output column).
-  A reduce over the last axes broadcast back over its own rows stays in its consumer: a softmax row's max, sum and
-  outputs are one kernel, the row read again from cache (a CPU runs its loops in turn, row by row; a GPU block's
-  threads share each, see row_loops). Not under a later reduce over other axes (x.softmax(-1).sum(0)): that would
-  compute the row again for each of its outputs, so the row's reduce is stored, and the walk runs again. A row reduce
-  read by several elementwise consumers is stored too, unless reducing its rows again in each of their kernels costs
-  less than a launch (a loss's max and sum, read by the loss and its gradient). And for each node, whether its kernel
-  holds a reduce."""
+  """The nodes stored to memory, each with why: "output", "contiguous", "assign" (asked for); "reduce": a reduce that
+  would otherwise be recomputed (read by several, broadcast, or reduced again); "dear": work costing more to recompute
+  per copy than to store (read through a broadcast: exp(x) in x.exp() @ w, once per output column).
+  A row reduce (over the last axes) broadcast back over its own rows stays in its consumer: a softmax row's max, sum
+  and outputs are one kernel, the row read again from cache (see row_loops). Unless:
+  - a later reduce over other axes holds it (x.softmax(-1).sum(0)): the row would be computed again for each of that
+    reduce's outputs, so it is stored, and the walk runs again;
+  - several elementwise readers would each reduce its rows again, for more than a launch costs (a loss's max and sum,
+    read by the loss and its gradient, are reduced again: they cost less).
+  Also returned: for each node, whether its kernel holds a reduce."""
   order = sink.toposort
   place = {u: i for i, u in enumerate(order)}
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
@@ -3058,15 +3083,15 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       f = fused[u] = Fused(u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
                            _pending(u, [s.pending for s in srcs]), own + sum(s.cost for s in srcs),
                            frozenset().union(*[s.rows for s in srcs]))
-      if u.op is Ops.REDUCE_AXIS: again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
+      if u.op is Ops.REDUCE_AXIS:  # a row reduce fused under a reduce over other axes: stored, and the walk runs again
+        again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
       if u in realize or u.op is Ops.SINK: continue
       readers = _readers(u, consumers, stored, place)
-      # a pending row reduce's row shape; None where no reduce is pending, or one is but not over rows (pending ())
-      rows = f.pending or None
-      once_a_row = bool(rows) and all(_own_rows(c, rows) for c in consumers[u])  # broadcast back over its own rows
-      cheap_again = bool(rows) and all(c.op in GroupOp.Elementwise for c in readers) and \
-        prod(rows) * f.cost * (len(readers) - 1) < LAUNCH_COST  # again in each reader's kernel, for less than a launch
-      if once_a_row or cheap_again:
+      rows = None if f.pending == NOT_ROWS else f.pending  # a pending row reduce's row shape, else None
+      broadcast_back = rows is not None and all(_own_rows(c, rows) for c in consumers[u])  # over its own rows
+      again_cost = prod(rows or ()) * f.cost * (len(readers) - 1)  # reducing the rows again in each other reader
+      cheap_again = rows is not None and all(c.op in GroupOp.Elementwise for c in readers) and again_cost < LAUNCH_COST
+      if broadcast_back or cheap_again:
         if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
         continue
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
@@ -3107,16 +3132,20 @@ def _reads_moved(a:UOp) -> bool:
 def _reduce_space(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
   return r.src[0].shape, tuple(sorted(r.arg.axes))
 
-def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:  # see kernel_outputs' pending
+NOT_ROWS = ()  # a pending reduce that isn't one row reduce (several, or not over the last axes)
+
+def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:
+  """The reduce pending at u, not broadcast back yet (Fused.pending): None, the shape of its rows, or NOT_ROWS."""
   if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
   if u.op is Ops.REDUCE_AXIS:
     axes, shape = sorted(u.arg.axes), u.src[0].shape
-    # (a source stored to memory holds no pending reduce: it is read as a buffer)
-    return shape if all(s is None for s in srcs) and axes == list(range(len(shape) - len(axes), len(shape))) else ()
+    over_last = axes == list(range(len(shape) - len(axes), len(shape)))
+    nothing_below = all(s is None for s in srcs)  # (a source stored to memory holds no pending reduce)
+    return shape if over_last and nothing_below else NOT_ROWS
   held = {s for s in srcs if s is not None}
   if not held: return None        # no reduce pending
   if len(held) == 1: return held.pop()  # one, over rows of this shape
-  return ()                       # several, over rows that differ: not rows
+  return NOT_ROWS                 # several, over rows that differ
 
 def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.arg) and c.shape == row
 
@@ -3148,8 +3177,8 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
   reads the group."""
   groups: list[list[UOp]] = []
   for r, read in reads.items():
-    where = [i for i, g in enumerate(groups) if any(d in read for d in g)]
-    ready = max(where, default=-1)
+    reads_from = [i for i, g in enumerate(groups) if any(d in read for d in g)]  # the groups whose outputs r reads
+    last_read = max(reads_from, default=-1)  # r's kernel runs after this group's
     def fits(i:int) -> bool:
       g = groups[i] + [r]
       if any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g): return False  # one space
@@ -3158,25 +3187,25 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       if len(written) != len(assigned): return False  # a second write isn't kept after the loads of the first's value
       if not all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written):
         return False  # what it reads of what it writes, read only where it is written
-      between = [p for q in groups[i + 1:ready + 1] for p in q]  # the kernels it would move past
+      between = [p for q in groups[i + 1:last_read + 1] for p in q]  # the kernels group i would move past
       return not any(o in reads[p] for p in between for o in g)  # none of them reads what the group writes
     alone = has_reduce[r] or r.op is Ops.CONTIGUOUS
-    tries = [] if alone else where + list(range(len(groups)))  # the groups it reads first, then any
+    tries = [] if alone else reads_from + list(range(len(groups)))  # the groups it reads first, then any
     i = next((j for j in tries if fits(j)), None)
     if i is None: groups.append([r])
-    else:  # joined, and moved after all it reads
-      j = max(i, ready)
-      groups.insert(j, groups.pop(i))  # (after the pop, j is just past the last group it reads)
+    else:  # joined, and moved to run after last_read (popped from before it, it lands just past it)
+      j = max(i, last_read)
+      groups.insert(j, groups.pop(i))
       groups[j].append(r)
   return groups
 
-def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str], rows:dict[UOp, int]) -> Kernel:
+def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str], row_of:dict[UOp, int]) -> Kernel:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs. What
   it stores is named by its row (none for a node the plan made: a split's partial results, a packed b)."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
-  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {rows[o]: views[o] for o in outs if o in rows},
+  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {row_of[o]: views[o] for o in outs if o in row_of},
                 ",".join(dict.fromkeys(why[o] for o in outs)))
 
 @dataclass
@@ -3462,8 +3491,8 @@ def _log2(x:UOp) -> UOp:
   bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
   mantissa = ((bits & 0x007FFFFF) | 0x3F800000).bitcast(dtypes.float)  # in [1, 2)
   high = x.const_like(1.4142135381698608) < mantissa
-  # unbiased: -127, and 23 more where a subnormal was scaled up by 2**23
-  e = (bits >> 23) + subnormal.where(bits.const_like(-150), bits.const_like(-127)) + high.cast(dtypes.int)
+  bias = subnormal.where(bits.const_like(-150), bits.const_like(-127))  # 23 more where x was scaled up by 2**23
+  e = (bits >> 23) + bias + high.cast(dtypes.int)  # (1 more where the mantissa is halved below)
   f = high.where(mantissa * 0.5, mantissa) - 1.0
   log = e.cast(dtypes.float) + f * _poly(f, [1.4426950216293335, -0.7213473320007324, 0.4808982312679291,
     -0.3606966435909271, 0.2885673940181732, -0.23961739242076874, 0.2046007663011551, -0.19106297194957733,
@@ -3499,8 +3528,9 @@ def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
   for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
   d = _times_two_over_pi(mag)
-  a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]  # f's bits: 22, 24 and 24 of them
-  up = a.const_like(2**21 - 1) < a  # f >= 1/2: the next quadrant, at f - 1, kept as its magnitude 2**70 - f
+  # d's 8 digits of 12 bits: d[7]'s top 2 are q, the 70 below are f, as ints of 22, 24 and 24 bits
+  a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]
+  up = a.const_like(2**21 - 1) < a  # a's top bit, f >= 1/2: the next quadrant, at f - 1, kept as 2**70 - f
   q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
   # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
   borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
@@ -3515,7 +3545,7 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   multiples of 4, later ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod
   2**96, whose top 2 bits are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two
   digits is exact in int32."""
-  # e is the exponent field - 150, so bit e-1 is the table's bit (field - 152) + 32: a word, then a shift
+  # bit e-1 of 2/pi (e = field - 150) is the table's bit field - 152 + 32 (it starts with a word of zeros): field - 120
   m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
   word, shift = start >> 5, start & 31
   def pick(j:int) -> UOp:  # the table's word + j: a select for each word 0..3, else 4 (the largest exponents')
@@ -3999,9 +4029,9 @@ def to_lanes(sink:UOp, target:Target) -> UOp:
     if tile: return u.replace(src=(functools.reduce(lambda a, b: a.alu(u.arg, b), vals),) + rest)
     return _combine(u.arg, [u.replace(src=(v,) + rest) for v in vals])
   sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), unroll)]))
-  # the newest range's copies outermost: in a matmul tile, the vectors of a row of b split from the lanes, each loaded
-  # once and used by every row of a before the next (the registers hold 4 of them, not all 16). (A store in a
-  # reduce's loop, see reread, has its unrolled lanes too.)
+  # each store's copies, over its upcast and unroll ranges newest first, so the newest's copies are outermost: in a
+  # matmul tile, b's row vectors, each loaded once and used by every row of a before the next (the registers hold 4
+  # of them, not all 16). (A store in a reduce's loop, see reread, has its unrolled lanes too.)
   copied = (AxisType.UPCAST, AxisType.UNROLL)
   return sink.replace(src=tuple(lane for st in sink.src
                                 for lane in lanes(st, [r for r in ranges(st)[::-1] if r.kind in copied])))
@@ -4022,9 +4052,11 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
     return sum(u in looped for u in vectors), len(vectors)
   filled = [(r, _filled(r.size, target)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
   found = [(count(r, w), r, w) for r, w in filled if w]
-  free, chosen = [f for u, f in free_ranges(sink).items() if u is not sink], []
+  varying = [f for u, f in free_ranges(sink).items() if u is not sink]  # the ranges each value varies with
+  chosen = []
   for (_, total), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
-    if total and not any(r in f and c in f for f in free for c, _ in chosen): chosen.append((r, w))
+    apart = not any(r in f and c in f for f in varying for c, _ in chosen)  # no value varies with r and a chosen one
+    if total and apart: chosen.append((r, w))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
@@ -4145,27 +4177,29 @@ def to_accumulators(sink:UOp) -> UOp:
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
-  inside = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}  # stores in its loop (see reread)
-  sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in inside.values())))
+  # a store that varies with a reduce's ranges moves into its loop (see reread)
+  in_loop = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}
+  sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in in_loop.values())))
+  def read(acc:UOp, once:UOp) -> UOp:  # acc's value once `once` has run: a loop's range (its iteration), its END (done)
+    return UOp(Ops.LOAD, acc.dtype, (acc, once))
   for rs, us in groups.items():
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
-    # the update reads the accumulator as it is in this iteration of the innermost loop (the LOAD's source in an
-    # address's place is that loop's range; after the loop, its END), so it runs in the loop even where the value it
-    # adds doesn't depend on it
-    now = [UOp(Ops.LOAD, a.dtype, (a, rs[-1])) for a in accs]
+    # the update reads the accumulator in this iteration of the innermost loop, so it runs in the loop even where the
+    # value it adds doesn't depend on it
+    now = [read(a, rs[-1]) for a in accs]
     body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(u.arg, substitute(u.src[0], done))) + rs)
-                 for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in inside[rs])
+                 for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in in_loop[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
-    done.update({u: UOp(Ops.LOAD, a.dtype, (a, body[0])) for a, u in zip(accs, us)})
-    after.update({st.buf: body[0] for st in inside[rs] if st.op is Ops.STORE})
+    done.update({u: read(a, body[0]) for a, u in zip(accs, us)})
+    after.update({st.buf: body[0] for st in in_loop[rs] if st.op is Ops.STORE})
   # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
   # after the loop they are in), so linearize places it after them
   sink = substitute(sink, done)
   # (and after a store outside loops, unless its own value loads the buffer: that load can't wait for its store)
-  after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and
-            not any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)}
+  reads_itself = lambda st: any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)
+  after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and not reads_itself(st)}
   return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, after[x.buf])),) + x.src[1:])
                            for x in sink.toposort if x.op is Ops.LOAD and x.buf in after})
 
@@ -4230,10 +4264,11 @@ def linearize(sink:UOp) -> list[UOp]:
   # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
+  def body_loops(s:UOp) -> Iterable[UOp]:  # what a node of a reduce's body adds to the loops around it:
+    # a nested loop's END, that loop's; an ASSIGN to a DEFINE_ACC(identity, *loops), those; a store's buffer has none
+    return around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
   for e in (e for e in order if e.op is Ops.END and e.src[0].kind not in output_loops):
-    # (its body: ASSIGNs to a DEFINE_ACC(identity, *its loops), the ENDs of nested loops, stores, which add none)
-    around[e.src[0]] = frozenset().union(*[around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
-                                           for s in e.src[1:]])
+    around[e.src[0]] = frozenset().union(*map(body_loops, e.src[1:]))
   @functools.cache
   def enclosing(r:UOp) -> frozenset:  # r and every loop it runs inside
     outer = ([parent[r]] if r in parent else []) + [*around.get(r, ())]  # the loop it nests in, a reduce's loops
