@@ -51,7 +51,7 @@ def setting(key:str, value:str, least:int) -> int:
 
 class Context(contextlib.ContextDecorator):
   """tinygrad's: settings for a block, or a function it decorates, as if set in the environment (Context(DEBUG=2)).
-  They hold where they are read as it runs (DEBUG, NOOPT, BEAM); THREADS and DEVICE are read once."""
+  Each is read where it is used (DEBUG, NOOPT, BEAM), so it holds inside the block; THREADS and DEVICE: read once."""
   def __init__(self, **settings): self.settings = {k: str(v) for k, v in settings.items()}
   def __enter__(self):
     self.before = {k: os.environ.get(k) for k in self.settings}
@@ -150,7 +150,7 @@ class dtypes:
     signed = [d.itemsize for d in ds if dtypes.is_int(d) and not dtypes.is_unsigned(d)]
     if dtypes.is_float(top) or not unsigned or not signed: return top
     if max(unsigned) == 8: raise DTypeError(f"no int holds both {' and '.join(d.name for d in ds)}: cast one first")
-    return {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[min(max(2 * max(unsigned), *signed), 8)]
+    return {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[max(2 * max(unsigned), *signed)]  # (uint32 at most)
   @staticmethod
   def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.fmt == "?" else int
 
@@ -181,7 +181,7 @@ def _finite_or_infinite(d:DType, v) -> bytes:
 def decoded(d:DType, raw:bytes) -> tuple:
   if d != dtypes.bfloat16: return struct.unpack(f"{len(raw) // d.itemsize}{d.fmt}", raw)
   wide = bytearray(2 * len(raw))  # each value's bits as a float32's top half, over a zero bottom half
-  wide[2::4], wide[3::4] = raw[0::2], raw[1::2]
+  wide[2::4], wide[3::4] = raw[0::2], raw[1::2]  # (little-endian: a float32's top half is its bytes 2 and 3)
   return decoded(dtypes.float, bytes(wide))
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -213,8 +213,8 @@ class GroupOp:
 
 # the named args of kernel-level nodes
 class AxisType(Enum):
-  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: an output loop in
-  every thread of a GPU block, a row's columns). A kernel's name lists its axes in this order."""
+  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: a row's columns,
+  looped in every thread of the row's GPU block). A kernel's name lists its axes in this order."""
   THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
   UNROLL = auto()
   WARP = auto()  # (only an opt's kind: a matmul's tiles on a warp's tensor cores; its lanes are LOCAL)
@@ -365,8 +365,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
-    """The same values, as a view where gradients begin: made by no move. A view of a buffer stays one view of it; any
-    other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
+    """The same values, as a view the gradient walk stops at (it records no move). A view of a buffer stays one view
+    of it; any other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its
+    sources."""
     if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes, and nothing before it: the gradient walk stops here, composites do not replay it)
@@ -389,7 +390,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.CONST: return ()
     if self.op is Ops.VIEW: return self.arg.shape
     if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg.axes else s for i, s in enumerate(self.src[0].shape))
-    return self.src[-1].shape
+    return self.src[-1].shape  # (any other op: its sources share one shape; POW's value is its last)
   @functools.cached_property
   def key(self) -> tuple:
     """A structural key, the same in every process: orders the terms of a sum, and keys the program cache."""
@@ -420,7 +421,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def buf(self) -> UOp: return self.src[0]
   @property
-  def memory(self) -> UOp:  # LOAD, STORE: the buffer it accesses (through a BARRIER: the buffer as it leaves it)
+  def memory(self) -> UOp:  # LOAD, STORE: the buffer it accesses (after a BARRIER: the buffer whose stores it orders)
     return self.buf.buf if self.buf.op is Ops.BARRIER else self.buf
   @property
   def addr(self) -> UOp: return self.src[1]
@@ -484,6 +485,7 @@ alu_bounds: dict[Ops, Callable] = {
   Ops.CMPEQ: lambda a, b: (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0])),
   Ops.AND: lambda a, b: (a[0] and b[0], a[1] and b[1]) if isinstance(a[0], bool) else _and_bounds(a, b),
   Ops.SHR: lambda a, b: (a[0] >> b[1], a[1] >> b[0]) if a[0] >= 0 and b[0] >= 0 else None,
+  # a where: both branches' bounds while its condition can go either way
   Ops.WHERE: lambda c, a, b: (min(a[0], b[0]), max(a[1], b[1])) if c[0] != c[1] else (a if c[0] else b)}
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -528,7 +530,8 @@ class PatternMatcher:
   def __init__(self, rules:list[tuple[UPat, Callable]]):
     self.pdict: dict[Ops, list] = defaultdict(list)
     for pat, fn in rules:
-      for op in pat.op: self.pdict[op].append((pat, fn, "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]))
+      takes_ctx = "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]  # a parameter named ctx
+      for op in pat.op: self.pdict[op].append((pat, fn, takes_ctx))
     self.fixed: weakref.WeakSet = weakref.WeakSet()  # nodes graph_rewrite left as they are, and so all their sources
   def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
     """The first rule that rewrites u, and what it made of it."""
@@ -565,7 +568,7 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher) -> UOp:
         rewrites += 1  # rules that undo each other would loop forever: far more rewrites than nodes is such a loop
         if rewrites > 10000 + 64 * len(done): raise RuntimeError(f"rewrite rules don't reach a fixed point: {fired[0]} "
                                                                  f"keeps rewriting {node.op.name}")
-    else: done[u] = done[new]  # "become": what its rewrite became, rewritten in turn
+    else: done[u] = done[new]  # "become": u becomes what its rewrite becomes, once that is rewritten
   return done[sink]
 
 def rebuild(sink:UOp, fn:Callable[[UOp, UOp], UOp]) -> UOp:
@@ -628,7 +631,7 @@ def exact_div(t:UOp, c:int) -> UOp:  # t // c, for t a constant or x*k whose fac
   if t.op is Ops.CONST: return t.const_like(t.arg // c)
   x, k = t.src[0], t.src[1].arg
   if k % c == 0: return x * (k // c)
-  g = math.gcd(c, k)  # k takes g of c; x must take the rest
+  g = math.gcd(c, k)  # x*k is a multiple of c: k supplies g of it, x the rest, c // g
   return exact_div(x, c // g) * (k // g)
 
 def is_const(u:UOp) -> bool: return u.op is Ops.CONST
@@ -647,7 +650,7 @@ symbolic = PatternMatcher([
   (UPat(GroupOp.ALU, name="a"), lambda a: a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
     if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
   (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
-    lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
+    lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),  # (scalars)
   (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="u"), lambda u, c: u.const_like(_convert(u.dtype, c.arg))
     if u.dtype.count == 1 else None),
   # bools: + is or, * is and, - is the value itself (a bool holds n != 0). The bitwise ops are what every device's
@@ -720,15 +723,15 @@ def reshape_strides(shape, strides, new_shape) -> tuple[int, ...]|None:
   runs: list[tuple[int, int]] = []  # (size, the stride of its last dim)
   for s, st in zip(shape, strides):
     if s == 1: continue
-    if runs and runs[-1][1] == st * s: runs[-1] = (runs[-1][0] * s, st)
+    if runs and runs[-1][1] == st * s: runs[-1] = (runs[-1][0] * s, st)  # chains: the run now ends in this dim
     else: runs.append((s, st))
   out = []
   for n in reversed(new_shape):
     if n == 1: out.append(0)
-    elif not runs or runs[-1][0] % n: return None
+    elif not runs or runs[-1][0] % n: return None  # n must divide the innermost run left
     else:
       size, st = runs.pop()
-      if size > n: runs.append((size // n, st * n))
+      if size > n: runs.append((size // n, st * n))  # the rest of the run, outside n
       out.append(st)
   return tuple(reversed(out)) if not runs else None
 
@@ -756,7 +759,7 @@ class View:
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: addr = addr + i * st
     def inside(i:UOp, s:int, lo:int, hi:int) -> list[UOp]:  # lo <= i < hi, leaving out what the dim's size says
-      return ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])
+      return ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])  # (< only)
     valid = all_of(*[t for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()) for t in inside(i, s, lo, hi)])
     return addr, valid
 
@@ -766,7 +769,7 @@ class View:
       if [s for s in shape if s != 1] != [s for s in self.shape if s != 1]: return None
       if any(m != (0, 1) for s, m in zip(self.shape, self.mask) if s == 1): return None
       real = iter([(m, st) for s, m, st in zip(self.shape, self.mask, self.strides) if s != 1])
-      kept = [next(real) if s != 1 else ((0, 1), 0) for s in shape]
+      kept = [next(real) if s != 1 else ((0, 1), 0) for s in shape]  # (a real dim's mask and stride; a new 1's)
       return View(shape, tuple(st for _, st in kept), self.offset, tuple(m for m, _ in kept))
     strides = reshape_strides(self.shape, self.strides, shape)
     return None if strides is None else View(shape, strides, self.offset)
@@ -902,7 +905,8 @@ def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   return tuple(max(s, default=1) for s in sizes)
 
 # pad modes that continue the values past an edge, each made of views and cat: for a dim d of size s padded by b
-# before and a after, the most one side can take, and (x, d, s, b, a) -> what goes before and what goes after
+# before and a after: mode -> (most(s): the largest pad a side of size s allows, pieces(x, d, s, b, a): the views
+# that go before and after)
 EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
   "reflect": (lambda s: s - 1,  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
               lambda x, d, s, b, a: (x._along(d, 1, b + 1).flip(d), x._along(d, s - 1 - a, s - 1).flip(d))),
@@ -947,7 +951,7 @@ def composite(fn:Callable) -> Callable:
     try:
       if key not in templates: templates[key] = _template(fn, args, kwargs)
       template = templates[key]
-    except TypeError: template = None  # an argument no key holds (a list), or the method's own error: raised below
+    except TypeError: template = None  # an unhashable argument (a list), or fn's own TypeError: fn, below, raises it
     if template is None: return fn(*args, **kwargs)
     leaves, out, device = template
     inputs = [a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
@@ -994,8 +998,8 @@ def creates(fn:Callable) -> staticmethod:
 class Tensor:
   _seed, _counter = 0, 0
   # Every tensor, by id, for assign() to look through for readers of a buffer: a weak reference with no callback, since
-  # a WeakValueDictionary's entry made building a model step 15% slower. A dead one stays until its id is reused (ids
-  # are addresses: the entries are about as many as tensors ever alive at once). And the tensors that require grad,
+  # a WeakValueDictionary's entry made building a model step 15% slower. A dead reference stays until its id (an
+  # address) is reused: about as many entries as tensors alive at once. And the tensors that require grad,
   # where backward() puts gradients (by id too: a WeakSet would compare two references to one tensor with ==, which is
   # elementwise here).
   _live: dict[int, weakref.ref] = {}
@@ -1012,7 +1016,7 @@ class Tensor:
     else: self.uop = self._copied_in(data, dtype)
     if requires_grad is not None: self.requires_grad = requires_grad
     self._enlist()
-  def _enlist(self):  # into Tensor._live (an id used before: this tensor goes last, so readers come in the order made)
+  def _enlist(self):  # into Tensor._live (popped first: a reused id moves to the end, keeping the order made)
     Tensor._live.pop(id(self), None)
     Tensor._live[id(self)] = weakref.ref(self)
   def _copied_in(self, data, dtype:DType|None) -> UOp:  # a list's values or a buffer's bytes, in device memory
@@ -1037,7 +1041,7 @@ class Tensor:
       dtype = own
     uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
     uop.src[0].arg.copyin(memoryview(raw))
-    if capturing.now is not None: capturing.now.data.append(hash(raw))  # (a TinyJit's call: see Capture)
+    if capturing.now is not None: capturing.now.data.append(hash(raw))  # (noted: a replay checks it is the same)
     return uop
 
   # --- properties
@@ -1159,7 +1163,7 @@ class Tensor:
   @creates
   def rand(*shape, dtype=None, device=None) -> Tensor:
     bits = Tensor._bits(Tensor._unpack(shape), device)
-    return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.default_float)
+    return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.default_float)  # 24 bits: all exact
   @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.default_float)
@@ -1316,7 +1320,7 @@ class Tensor:
   def maximum(self, x) -> Tensor: return self._alu(Ops.MAX, x)
   def minimum(self, x) -> Tensor:  # through max, so a nan wins here too
     a, b = self._broadcast(x)
-    return a._reverse_order().maximum(b._reverse_order())._reverse_order()
+    return a._reverse_order().maximum(b._reverse_order())._reverse_order()  # min(a, b) = -max(-a, -b)
   def _reverse_order(self) -> Tensor: return -self if dtypes.is_float(self.dtype) else ~self  # ~x never overflows
   @composite
   def where(self, x, y) -> Tensor:
@@ -1400,7 +1404,7 @@ class Tensor:
     def near(a:Tensor) -> Tensor:
       e = a._expm1()
       return (e + e / (e + 1)) / 2
-    return self._odd(lambda a: a._near(0, 1, near, lambda a: (a.exp() - (-a).exp()) / 2))
+    return self._odd(lambda a: a._near(0, 1, near, lambda y: (y.exp() - (-y).exp()) / 2))
   def cosh(self) -> Tensor:  # (its slope, sinh x, keeps its precision near 0, where (e^x - e^-x) / 2 cancels)
     return 1 + 2 * (self._float() / 2).sinh().square()
   def asinh(self) -> Tensor:  # below 2, log1p(x + x^2 / (1 + sqrt(x^2 + 1)))
@@ -1461,7 +1465,7 @@ class Tensor:
   def masked_fill(self, mask:Tensor, value) -> Tensor: return mask.where(value, self)
   def isnan(self) -> Tensor: return self != self
   def isinf(self, detect_positive=True, detect_negative=True) -> Tensor:
-    return (self == math.inf) & detect_positive | (self == -math.inf) & detect_negative
+    return ((self == math.inf) & detect_positive) | ((self == -math.inf) & detect_negative)
   def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
   def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor:
     other = self._const(other)
@@ -1816,7 +1820,7 @@ class Tensor:
           squeeze.append(dim)
         start, stop, step = i.indices(n)
         count = len(range(start, stop, step))
-        if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step
+        if step < 0: x, start, step = x.flip(dim), n - 1 - start, -step  # the same elements, up the flipped dim
         window = (start, start + (count - 1) * step + 1) if count else (0, 0)
         x = x._along(dim, *window)
         if step > 1: x = x._stride(dim, step)
@@ -1881,7 +1885,7 @@ class Tensor:
     """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
     d = self._index_dim("gather", dim, index)
     x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
-    along = x.unsqueeze(-1).transpose(d, -1)  # dim d moved last, a 1 in its place: against the one-hot's (.., j, .., n)
+    along = x.unsqueeze(-1).transpose(d, -1)  # [.., 1 at d, .., n]: against the one-hot's [.., j at d, .., n]
     return index._one_hot(self.shape[d]).where(along, 0).sum(-1).cast(self.dtype)
   def _scattered(self, dim:int, index:Tensor, src:Tensor) -> tuple[Tensor, Tensor]:
     """Where each of src's elements goes, and the elements: (*x.shape, k) for the k indices along dim."""
@@ -1902,7 +1906,7 @@ class Tensor:
     if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, self.dtype, self.device)
     if reduce: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
     hit, vals = self._scattered(dim, index, src)
-    last = hit & (hit.int().flip(-1).cumsum(-1).flip(-1) == 1)  # of several writes to one place, the last, as torch's
+    last = hit & (hit.int().flip(-1).cumsum(-1).flip(-1) == 1)  # no later write to the place: the last, as torch's
     return hit.any(-1).where(last.where(vals, 0).sum(-1).cast(self.dtype), self)
   def scatter_reduce(self, dim:int, index:Tensor, src:Tensor, reduce:str, include_self=True) -> Tensor:
     fill = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}
@@ -1970,8 +1974,7 @@ class Tensor:
     # (an int: pieces of that size, the last what is left; of a dim of 0, one empty piece)
     if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, max(n, 1), max(sizes, 1))]
     if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} don't add up to {n}, dim {d}'s size")
-    ends = list(itertools.accumulate(sizes))
-    return tuple(self._along(d, e - s, e) for s, e in zip(sizes, ends))
+    return tuple(self._along(d, e - s, e) for s, e in zip(sizes, itertools.accumulate(sizes)))
   def chunk(self, chunks:int, dim=0) -> list[Tensor]:
     if chunks < 1: raise ValueError(f"chunk needs chunks >= 1, got {chunks}")
     n = self.shape[self._dim(dim)]
@@ -1999,14 +2002,15 @@ class Tensor:
     if size < 0 or step <= 0 or size > self.shape[d]:
       raise ShapeError(f"unfold of dim {d} (size {self.shape[d]}) needs 0 <= size <= it and step > 0: "
                        f"size={size}, step={step}")
-    return self.transpose(d, -1)._pool((size,), step).transpose(d, -2)
+    return self.transpose(d, -1)._pool((size,), step).transpose(d, -2)  # windows back at d, before size
   def diagonal(self, offset=0, dim1=0, dim2=1) -> Tensor:
     d1, d2 = self._dim(dim1), self._dim(dim2)
     if d1 == d2: raise ShapeError(f"diagonal needs two different dims, got {dim1} and {dim2}")
     x = self.permute(*[i for i in range(self.ndim) if i not in (d1, d2)], d1, d2)
     x = x[..., max(-offset, 0):, max(offset, 0):]
     n = min(x.shape[-2:])
-    return x[..., :n, :n].flatten(-2).pad((0, n)).unflatten(-1, (n, n + 1))[..., 0]  # every (n+1)th: (k, k)
+    square = x[..., :n, :n].flatten(-2)  # (k, k) is at k*(n+1)
+    return square.pad((0, n)).unflatten(-1, (n, n + 1))[..., 0]  # rows of n+1: each row's first is (k, k)
   def diag(self) -> Tensor:  # a vector's square matrix with it on the diagonal
     if self.ndim != 1: raise ShapeError(f"diag needs a 1-d tensor, got shape {self.shape}")
     n = self.shape[0]
@@ -2147,7 +2151,8 @@ class Tensor:
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
     ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
-    counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0) if any(map(any, pads)) else ones
+    padded = any(b or a for b, a in pads)
+    counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0) if padded else ones
     return sums / counted.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
@@ -2287,11 +2292,11 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    # a leaf is one node with every equal one (a constant: zeros(3), Tensor(1.0); a value computed from nothing that
-    # requires grad: a * 2 built twice): in a buffer of its own, or its gradient would be theirs too
+    # equal graphs are one node (zeros(3); a * 2 built twice): a leaf that isn't a buffer's view, and that no
+    # trainable tensor's graph reaches (on_grad_paths, below), gets a buffer of its own, or its gradient would be the
+    # others' too
     if value:
-      shared = _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop])  # (on_grad_paths: below)
-      if shared: self.uop = self._owned().uop
+      if _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop]): self.uop = self._owned().uop
       Tensor._trainable[id(self)] = self
       trainable_nodes.add(_held_in(self.uop))
     else: Tensor._trainable.pop(id(self), None)
@@ -2343,8 +2348,8 @@ class Tensor:
     Tensor._realize_readers({written.src[0]}, self, x)
     value = x.uop
     self.uop = pending(UOp(Ops.ASSIGN, self.dtype, (written, value)))  # (an equal write done before is this node)
-    # x's graph reads what the write changes: from here x is a copy of what is written (made if x is read), unless it
-    # holds a buffer (its own, written by its assign, or this one)
+    # x's graph reads the buffer being written: x becomes a copy of its value now (made only if x is read), unless x
+    # is a buffer itself (its own assign, or a whole buffer)
     if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and written.src[0] in value.buffers:
       x.uop = self.clone().uop
     return self
@@ -2365,7 +2370,7 @@ class Tensor:
       if not holds: readers.append(t)
     Tensor._live = live
     for t in readers:
-      if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop
+      if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
@@ -2407,7 +2412,7 @@ class Tensor:
     return self.buffer().copyout()
 
 # 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
-for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
+for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():  # (f bound now: a default)
   setattr(Tensor, f"__r{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): f(self._const(x), self))
   setattr(Tensor, f"__i{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): self.assign(f(self, x)))
 
@@ -2479,16 +2484,16 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if st.move is None and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
   return (UOp(Ops.VIEW, u.dtype, u.src, st),)
 
-# The nodes of tensors set to require grad; for a view of a buffer, the BUFFER: a walk back through moves makes the
-# view again, but every graph that reads it holds the buffer.
+# The nodes of tensors set to require grad. A view of a buffer is kept as its BUFFER: the walk back makes such views
+# anew, but every graph that reads one holds the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _held_in(u:UOp) -> UOp:  # the BUFFER a view of one or an assign into one holds (a realized assign: a view of it)
   if u.op is Ops.ASSIGN: u = u.src[0]
   return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
 def on_grad_paths(roots:list[UOp]) -> set[UOp]:
   """The roots whose graphs read a tensor requiring grad: through their sources, and what a realized node was computed
-  from. (A few more than gradients reach, as a detached view's; each walk stops at the first it finds, and makes none
-  of the views that moves went through: a realize of a model's step doesn't walk what made its weights.)"""
+  from. It may find more than gradients reach (a detached view's graph). Each walk stops at the first it finds and
+  builds no view its moves went through, so a model step's realize doesn't walk what made its weights."""
   clear: set[UOp] = set()  # nodes known to read none
   def reaches(root:UOp) -> bool:
     stack, seen = [root], set()
@@ -2557,8 +2562,8 @@ class Optimizer:
     """The parameters and the state, each assigned its next value: to realize together (with the loss)."""
     for t in self.params:
       if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
-    # what reads the parameters now (the loss, the gradients) is realized first, together; each next value is built in
-    # _next, whose temporaries are gone when it returns: the assigns then find no reader left to realize first
+    # realized first, together: what reads the parameters now (the loss, the gradients); the next values are built in
+    # _next, whose temporaries die when it returns, so the assigns below find no reader left to realize
     for t in self.params: t.buffer()  # each in a buffer of its own, to be written
     Tensor._realize_readers({t.uop.src[0] for t in self.params})
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
@@ -2589,7 +2594,7 @@ class Adam(Optimizer):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
     self.m, self.v = self._zeros(), self._zeros()
-    self.b1_t, self.b2_t = (Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2))  # b1, b2 ** step
+    self.b1_t, self.b2_t = [Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2)]  # b1**step, b2**step
     self.state = self.m + self.v + [self.b1_t, self.b2_t]
   def schedule_step(self) -> list[Tensor]:
     self.b1_t.assign(self.b1_t * self.b1)
@@ -2795,7 +2800,7 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
     try:
       dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
       start, end = info["data_offsets"]
-      if not isinstance(start, int) or not isinstance(end, int): raise TypeError
+      if not isinstance(start, int) or not isinstance(end, int): raise TypeError  # (handled below: one message)
     except (TypeError, ValueError, ShapeError):
       raise ValueError(f"{path}: {name!r} has shape {info['shape']!r}, offsets {info['data_offsets']!r}") from None
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
@@ -2901,7 +2906,8 @@ class Plan:
     if capturing.now is not None: capturing.now.made.update(made)
     bufs = buffers + made
     settings = (getenv("NOOPT"), getenv("BEAM"))
-    if settings not in self.programs: self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)
+    if settings not in self.programs:
+      self.programs[settings] = prepare(self.items, device, lambda b: b.arg.index)  # a slot BUFFER -> its slot
     launch(with_programs(self.programs[settings], device), bufs)
     return bufs
 
@@ -3094,7 +3100,7 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       if broadcast_back or cheap_again:
         if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
         continue
-      spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or c.op is Ops.VIEW and _expands(c.arg)
+      spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg))
                                        for c in readers)  # read by several, reduced again, or broadcast
       if f.pending is not None and spread: realize[u] = "reduce"  # (any reduce pending, over rows or not)
       elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: realize[u] = "dear"
@@ -3374,8 +3380,8 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
   if u.op is Ops.IOTA: return idxs[0]
   if u.op is Ops.CONTIGUOUS: return vals[0]
   if u.op is Ops.REDUCE_AXIS:
-    _, at, _ = srcs[0]  # the index its source is read at: the output's, and a range for each reduced dim
-    reduced = tuple(r for r in at if r.op is Ops.RANGE and r not in idxs)
+    _, read_at, _ = srcs[0]  # the index its source is read at: the output's, and a range for each reduced dim
+    reduced = tuple(r for r in read_at if r.op is Ops.RANGE and r not in idxs)
     if not reduced: return vals[0]
     return picked(vals[0], reduced, u.arg.op) or UOp(Ops.REDUCE, u.dtype, (vals[0],) + reduced, u.arg.op)
   return u.replace(src=tuple(vals))
@@ -3389,8 +3395,8 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
     if t.op is not Ops.CMPEQ: return None
     for a, e in (t.src, t.src[::-1]):  # r == e, or e == r
       a = simplify(a)  # (an arange is r * 1 + 0 until simplified)
-      r = a.src[0] if a.op is Ops.CAST else a
-      if r in reduced and r not in at and not any(q in reduced for q in e.toposort): return r, e
+      r = a.src[0] if a.op is Ops.CAST else a  # (an arange compared as an int: the range under its cast)
+      if r in reduced and r not in at and not any(q in reduced for q in e.toposort): return r, e  # e: fixed in the loop
     return None
   rest = []
   for t in v.src[0].terms(Ops.AND):
@@ -3422,7 +3428,9 @@ def count_divmod(u:UOp) -> int: return sum(1 for x in u.toposort if x.op in (Ops
 def merge_ranges(sink:UOp) -> UOp:
   """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
   rs = ranges(sink, AxisType.GLOBAL)
-  for a, b in reversed(list(zip(rs, rs[1:]))):  # (innermost first; a pair whose b was merged away adds a div: refused)
+  # innermost pair first. Once b merged with the range inside it, (a, b) would divide by a b that is gone: the count of
+  # divisions below refuses it
+  for a, b in reversed(list(zip(rs, rs[1:]))):
     merged = merge(sink, a, b)
     if count_divmod(merged) <= count_divmod(sink): sink = merged
   return sink
@@ -3455,7 +3463,7 @@ def _scale(n:UOp) -> UOp: return ((n + 127) << 23).bitcast(dtypes.float)  # 2**n
 
 def _exp2(x:UOp) -> UOp:
   """2**x = 2**f * 2**n with n = round(x) and f = x - n in [-0.5, 0.5]. x is clamped to [-151, 129] (past it the
-  result is 0 or inf anyway) by selects false for nan, so nan stays nan."""
+  result is 0 or inf anyway) by selects, which are false for nan: nan stays nan."""
   x = _clamped(x, -151.0, 129.0)
   n, whole = _rounded(x)
   return _times_power_of_two(x - whole, n)
@@ -3611,22 +3619,23 @@ def reread(sink:UOp, target:Target) -> UOp:
   moves 32 MB, not 48. (A cached output gains nothing from the row: its stores would only move there.) The same loop
   fetches the next row's inputs as it goes (PREFETCH): a row of 4 KB starts on a page, where the hardware's prefetcher
   stops, and the loop's operations hide the fetch. Together 1.15x from memory, 1.4x from a warm cache.
-  On CPUs: a GPU computes exp2 in one instruction, and its threads would read each other's columns. Only where rows
-  are the outer ranges (threads then split the rows, each owning its rows' columns: see thread_opts), where the
-  reduce's accumulator lives in every row loop of the output (so the store has all of them open), the output store is
-  ungated, and the kernel reads nothing else from that buffer; to_accumulators puts the store in the reduce's loop,
+  Only on CPUs (a GPU computes exp2 in one instruction, and its threads would read each other's columns), and only
+  where rows are the outer ranges (threads then split the rows, each owning its rows' columns: see thread_opts), where
+  the reduce's accumulator lives in every row loop of the output (so the store has all of them open), the output store
+  is ungated, and the kernel reads nothing else from that buffer; to_accumulators puts the store in the reduce's loop,
   and the load after the loop."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
-  if not cols or glob[0] in cols or glob[-len(cols):] != cols or _nested(sink): return sink  # rows outer, columns inner
+  # (rows outer: the first output range is no column; columns inner: the last len(cols) ranges)
+  if not cols or glob[0] in cols or glob[-len(cols):] != cols or _nested(sink): return sink
   rows, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
   early, late = [], []
   for st in sink.src:
     for u in reduces:
       shared = dict(zip(u.src[1:], cols))  # the reduce's loop over the row's columns, in order
-      if len(u.src) - 1 != len(cols) or any(r.size != c.size for r, c in shared.items()) or not rows <= free[u]:
-        continue
+      over_columns = len(u.src) - 1 == len(cols) and all(r.size == c.size for r, c in shared.items())
+      if not over_columns or not rows <= free[u]: continue  # (and computed once a row)
       value = substitute(u.src[0], shared)
       if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
          st.gate is None and st.buf not in loaded:
@@ -3634,13 +3643,16 @@ def reread(sink:UOp, target:Target) -> UOp:
         if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
           buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
           addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
-        early.append(UOp(Ops.STORE, None, (buf, substitute(addr, {c: r for r, c in shared.items()}), u.src[0])))
+        in_loop = substitute(addr, {c: r for r, c in shared.items()})  # the address, the reduce's loop for the columns
+        early.append(UOp(Ops.STORE, None, (buf, in_loop, u.src[0])))
         row = max(rows, key=lambda r: r.arg.id)  # the innermost
         own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
         ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
-        early += [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
-                  if x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and
-                  not own.isdisjoint(x.addr.toposort)]
+        def moves_with_row(x:UOp) -> bool:  # a load of this reduce's loop whose address moves with the row
+          return x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and \
+            not own.isdisjoint(x.addr.toposort)
+        early += [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead})))
+                  for x in u.src[0].toposort if moves_with_row(x)]
         st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, (buf, addr))})))
         break
     late.append(st)
@@ -3693,12 +3705,12 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
   expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
-  # a reduce over the split range runs over both of its parts
+  # a reduce over the split range runs over both of its parts (ranges() of outer*amount + inner: outer, then inner)
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
-  # the last lanes of an upcast (one vector: see lanes_and_tiles) run past the end: buffers are allocated in whole
-  # vectors of the widest width, so an access at an aligned base + lane stays inside its allocation and needs no gate
+  # an upcast's last vector may run past n: buffers are allocated in whole vectors of the widest width, so an access
+  # at an aligned base + lane stays inside its allocation, and needs no gate (see lanes_and_tiles)
   def spare(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, inner, opt.amount)
   return simplify(guard(sink, expr < n, {outer, inner}, spare))
 
@@ -3804,8 +3816,8 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
   along_m, along_n, along_k = (fit.m, m_tiles, m_size), (fit.n, n_tiles, n_size), (fit.k, k_tiles, k_size)
   def fragment(x:UOp, rows:tuple, cols:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
     (r, r_tile, r_size), (c, c_tile, c_size) = rows, cols
-    return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
-                                                       for i, j in (at(lane, e) for e in range(count))))
+    def element(i:int, j:int) -> UOp: return substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
+    return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(element(*at(lane, e)) for e in range(count)))
   zero = UOp(Ops.VECTORIZE, dtypes.float.vec(core.elements[2]), (UOp.const(dtypes.float, 0.0),) * core.elements[2])
   a = fragment(fit.a, along_m, along_k, core.a, core.elements[0], core.dtype)
   b = fragment(fit.b, along_k, along_n, core.b, core.elements[1], core.dtype)
@@ -3813,6 +3825,7 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
   stores = []
   for i in range(core.elements[2]):
     row, col = core.c(lane, i)
+    # element i of the product, summed over k's tiles, stored where the layout puts it in the m x n tile
     total = UOp(Ops.REDUCE, dtypes.float, (UOp(Ops.GEP, dtypes.float, (product,), i), k_tiles), Ops.ADD)
     places = {fit.reduce: total, fit.m: m_tiles * m_size + row, fit.n: n_tiles * n_size + col}
     stores.append(substitute(sink.src[0], places))
@@ -3830,9 +3843,9 @@ def shared_reduces(sink:UOp, target:Target) -> list[Opt]:
     return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
   if not red: return []
   out_size, n = prod(r.size for r in glob), red[-1].size
-  rows = n >= 256 and not any(_reused(sink, r) for r in glob) and \
-    any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # a row: its elements side by side
-  if not (out_size <= 2048 or (out_size < 2**14 and n >= 256) or rows): return []
+  row_loads = any(u.op is Ops.LOAD and red[-1] in u.addr.terms() for u in sink.toposort)  # elements side by side
+  long_rows = n >= 256 and not any(_reused(sink, r) for r in glob) and row_loads
+  if not (out_size <= 2048 or (out_size < 2**14 and n >= 256) or long_rows): return []
   # each reduce shares the block where none runs inside another's loop (a row's mean, then the squares about it):
   # their groups run in turn, on one thread id
   shared = [red[-1]] if _nested(sink) else inner
@@ -3848,7 +3861,8 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
   inner = list(dict.fromkeys(u.src[-1] for u in reduces))  # each reduce's innermost loop
   out_size, w = prod(r.size for r in glob), target.width
   if not red and glob and _unit_stride(sink, glob[-1]):
-    # one row: a vector a step, the last one into the padding past the end (see apply_opt); rows: as wide as each fills
+    # one output range: the device's width, the last vector into the padding past the end (see apply_opt); several:
+    # the widest vector that fills the last
     amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, target)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   if red:  # the register tile of a matmul: each load feeds 4 outputs
@@ -3872,7 +3886,7 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
   # in flight side by side, not one by one
   for r in inner:
     vectors = next((k * w for k in (4, 2) if r.size % (k * w) == 0), None)  # four vectors, else two
-    amount = 4 if target.gpu or tile else vectors or _filled(r.size, target)
+    amount = 4 if target.gpu or tile else (vectors or _filled(r.size, target))
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
@@ -4014,10 +4028,10 @@ def to_lanes(sink:UOp, target:Target) -> UOp:
   for r, w in vector_ranges(sink, target): sink = as_vectors(*split_lanes(sink, r, w), target.renderer)
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
     values = list(itertools.product(*[range(r.size) for r in rs]))
-    copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)
+    copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)  # range -> per copy
     for x in u.toposort:
       if x not in copies and any(s in copies for s in x.src):
-        copies[x] = [x.replace(src=src) for src in zip(*[copies.get(s, [s] * n) for s in x.src])]
+        copies[x] = [x.replace(src=src) for src in zip(*[copies.get(s, [s] * n) for s in x.src])]  # copy k of its srcs
     return copies.get(u, [u] * n)
   tile = bool(ranges(sink, AxisType.UPCAST))
   def unroll(u:UOp) -> UOp|None:
@@ -4086,7 +4100,7 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       return UOp(x.op, vec, srcs).gated(x.gate)
     if x.op is Ops.REDUCE and lane in x.src[1:]:  # over the lanes: reduce each lane, then add the lanes up
       rest = tuple(r for r in x.src[1:] if r is not lane)
-      part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))
+      part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))  # over the other ranges first
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
     op = x.arg if x.op is Ops.REDUCE else x.op
     if op in ops and vec in vector_types and \
@@ -4138,8 +4152,10 @@ def share_reductions(sink:UOp) -> UOp:
     half = g.size // 2
     while half:
       live = g < half
-      pair = UOp(Ops.LOAD, u.dtype, (barrier, g)).alu(u.arg, UOp(Ops.LOAD, u.dtype, (barrier, g + half, live)))
-      barrier, half = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, pair, live)))), half // 2
+      other = UOp(Ops.LOAD, u.dtype, (barrier, g + half, live))  # (a load of a BARRIER: the memory after it)
+      pair = UOp(Ops.LOAD, u.dtype, (barrier, g)).alu(u.arg, other)
+      barrier = UOp(Ops.BARRIER, u.dtype, (local, UOp(Ops.STORE, None, (local, g, pair, live))))
+      half //= 2
     return UOp(Ops.LOAD, u.dtype, (barrier, g.const_like(0)))
   return graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="u"), group)]))
 
@@ -4150,6 +4166,7 @@ def thread_ids(sink:UOp) -> dict[UOp, UOp]:
   for kind, kinds in ((AxisType.GLOBAL, (AxisType.GLOBAL,)), (AxisType.LOCAL, (AxisType.LOCAL, AxisType.GROUP))):
     dims: list[list[UOp]] = []
     for r in (r for k in kinds for r in ranges(sink, k)):
+      # the first dim of r's size none of whose ranges varies together with r (they run in turn)
       dim = next((d for d in dims if d[0].size == r.size and not any(r in f and s in f for f in free for s in d)), None)
       if dim is None: dims.append([r])  # a dim of its own
       else: dim.append(r)
@@ -4276,7 +4293,7 @@ def linearize(sink:UOp) -> list[UOp]:
   scope: dict[UOp, frozenset] = {}
   for u in order:
     inner = frozenset().union(*[scope[s] for s in u.src]) | (enclosing(u) if u.op is Ops.RANGE else frozenset())
-    scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner
+    scope[u] = inner - {u.src[0]} if u.op is Ops.END else inner  # (after its END, a loop is needed no more)
   # loops open in this order: output loops outside, then by how deep they nest, then as they were made
   depth = {r: (r.kind not in output_loops, len(enclosing(r)), r.arg.id) for r in order if r.op is Ops.RANGE}
   need = {u: sorted(scope[u], key=depth.__getitem__) for u in order}
@@ -4301,7 +4318,7 @@ def linearize(sink:UOp) -> list[UOp]:
       if waiting[c] == 0: ready(c)
   for u in order:
     if not u.src: ready(u)
-  while len(out) < len(order) - 1:
+  while len(out) < len(order) - 1:  # (all but the SINK)
     here = work[tuple(stack)]
     if here:  # work that belongs in the loops open now
       _, u = heapq.heappop(here)
@@ -4376,13 +4393,13 @@ class Renderer:
     uses: dict[UOp, int] = defaultdict(int)
     for u in uops:
       for s in u.src: uses[s] += 1
-    # ?: repeats or skips an operand: what it takes is named, never inlined
+    # an operand of ?: (or of a guard) is evaluated twice or not at all: it is named, never inlined
     named = {s for u in uops if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) for s in u.src}
     names, counts, lines, indent, inlined = Names(self), defaultdict(itertools.count), [], 1, {}
     def fresh(prefix:str) -> str: return f"{prefix}{next(counts[prefix])}"
     for u in uops:
       if u.op in (Ops.PARAM, Ops.SPECIAL): names[u] = u.arg.name
-      if u.op is Ops.PARAM or u.op is Ops.SPECIAL and u.kind not in self.ids: continue  # an argument
+      if u.op is Ops.PARAM or (u.op is Ops.SPECIAL and u.kind not in self.ids): continue  # an argument
       if u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_ACC:  # the value: its variable
         names[u] = names[u.buf]
         continue
@@ -4466,7 +4483,9 @@ def _divide(ctx:Names, u:UOp) -> str|None:
   both undefined). A narrower int computes in int, where -x can't overflow."""
   if not _guarded(u): return None
   a, b, signed = ctx[u.src[0]], ctx[u.src[1]], not dtypes.is_unsigned(u.dtype)
-  if u.op is Ops.MOD: return _narrow(ctx, u, f"(({b}==0{f'||{b}==-1' if signed else ''})?0:{a}%{b})")
+  if u.op is Ops.MOD:
+    zero_when = f"{b}==0||{b}==-1" if signed else f"{b}==0"  # x%0 is 0; so is x%-1 (INT_MIN%-1 would trap)
+    return _narrow(ctx, u, f"(({zero_when})?0:{a}%{b})")
   if not signed: return _narrow(ctx, u, f"({b}==0?0:{a}/{b})")
   typ = ctx.types[u.dtype]
   negated = f"(({typ})(0u-(unsigned {typ}){a}))" if u.dtype.itemsize >= 4 else f"(-{a})"
@@ -4839,7 +4858,8 @@ class Thread:
     size, shared, width = buf.arg.size, buf.op is Ops.DEFINE_LOCAL, buf.dtype.itemsize
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
-    inside = slice(addr * width, max(addr, min(addr + lanes, size)) * width)
+    end = max(addr, min(addr + lanes, size))  # lanes past the buffer's size hold no data (an empty slice at worst)
+    inside = slice(addr * width, end * width)
     return self.local[buf] if shared else self.bufs[buf.arg.slot], inside, buf.dtype
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
   # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
@@ -5041,18 +5061,17 @@ def to_program(ast:UOp, device:str) -> Program:
     target = Device.target(device)
     disk_key = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
                f"NOOPT={noopt} BEAM={beam_width}\n{text(ast)}".encode()
-    runs_source = device != "PYTHON"  # the emulator runs UOps, which the disk cache doesn't keep; BEAM times no UOps
-    entry = cache_read(disk_key, ".json", "lowering it again") if runs_source else None
-    if entry is not None: prog = Program.loads(entry)
+    if device == "PYTHON": prog = lower(ast, target)  # the emulator runs UOps, which the disk cache doesn't keep
+    elif (entry := cache_read(disk_key, ".json", "lowering it again")) is not None: prog = Program.loads(entry)
     else:
-      prog = lower(ast, target, device if runs_source else None)  # (no device: no BEAM, which times source)
-      if runs_source: cache_write(disk_key, ".json", prog.dumps())
+      prog = lower(ast, target, device)
+      cache_write(disk_key, ".json", prog.dumps())
     program_cache[key] = prog
   return prog
 
 def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line, its sources by their line numbers
-  line = {u: i for i, u in enumerate(sink.toposort)}
-  return "\n".join(f"{u.op.name} {u.dtype} {u.arg!r} {[line[s] for s in u.src]}" for u in line)
+  number = {u: i for i, u in enumerate(sink.toposort)}
+  return "\n".join(f"{u.op.name} {u.dtype} {u.arg!r} {[number[s] for s in u.src]}" for u in number)
 
 class Launch(NamedTuple):  # one kernel of a run: its program, and where its buffers are among the run's
   device: str
@@ -5105,7 +5124,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if debug >= 2:
       print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
             f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {moved/tm*1e-9:8.2f} GB/s) {l.prog.opts}")
-    GlobalCounters.ran(1, flops, moved, tm or 0.0)
+    GlobalCounters.ran(1, flops, moved, tm or 0.0)  # (a launch not asked to wait times nothing: None)
     total += tm or 0.0
   return total
 
@@ -5219,8 +5238,8 @@ class TinyJit:
       outer.data += call.data
       outer.computed |= call.computed
       outer.made |= call.made
-    if key not in self.first: self.first[key] = call.fingerprint()
-    elif call.fingerprint() != self.first[key]:
+    if key not in self.first: self.first[key] = call.fingerprint()  # the first call: its data noted
+    elif call.fingerprint() != self.first[key]:  # the second: its data must be the first's
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
                          "replay would read what the second made. Make it outside the function and pass it in.")
     else: self.replays[key] = Replay.of(call, given, out, outs, self.returned)
@@ -5251,17 +5270,19 @@ class Replay:
         if i >= l.outputs and b in returned:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
-        (made if i < l.outputs and b in call.made else held).append(b)
+        made_here = i < l.outputs and b in call.made  # an output one of this call's plans allocated
+        (made if made_here else held).append(b)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
     outputs = [b for b in made if b in returns]  # made anew by each replay
-    held += [b for b in returns if b not in given + outputs + held]
+    held += [b for b in returns if b not in given + outputs + held]  # returned, not made by the call: held as is
     slots = {b: i for i, b in enumerate(given + outputs + own + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
     launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
-    return Replay([(b.device, b.size, b.dtype) for b in outputs], [Buffer(b.device, b.size, b.dtype) for b in own]
-                  + held, places, Tensor._counter - call.start, launches,
-                  mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), graph(launches))
+    return Replay(made=[(b.device, b.size, b.dtype) for b in outputs],
+                  held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
+                  draws=Tensor._counter - call.start, launches=launches,
+                  outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), native=graph(launches))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
     return sum(l.prog.info[0] for _, l in self.launches), sum(l.prog.info[1] for _, l in self.launches)
@@ -5317,8 +5338,8 @@ class Workers:
     replay binds its buffers once, by slot, and Python doesn't run between kernels."""
     if any(len(slots) > Workers.most for _, slots, _, _ in kernels): return None
     slots = [(ctypes.c_int * len(s))(*s) for _, s, _, _ in kernels]
-    table = (Step * len(kernels))(*[Step(ctypes.cast(p.fn, ctypes.c_void_p), len(s), size[0], s)
-                                    for (p, _, size, _), s in zip(kernels, slots)])
+    def step(p:CPUProgram, s, size) -> Step: return Step(ctypes.cast(p.fn, ctypes.c_void_p), len(s), size[0], s)
+    table = (Step * len(kernels))(*[step(p, s, size) for (p, _, size, _), s in zip(kernels, slots)])
     def run(bufs:list):
       if self.pid != os.getpid(): self.start()
       self.replay(table, len(kernels), (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)))
