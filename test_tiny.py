@@ -1113,6 +1113,14 @@ def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   assert_close(poisoned(lambda x, w: x @ w.T, a, bt).tolist(), ref_matmul(a, b), rtol=1e-5, atol=1e-5)
   assert len(tiny.schedule([Tensor.empty(33, 70, device="PYTHON") @ Tensor.empty(70, 1088, device="PYTHON")])) == 1
 
+def test_a_b_about_to_be_stored_is_stored_in_the_matmuls_tiles_instead(cpu_width):
+  """b made contiguous in the same graph (a conv's im2col windows) is stored once, as (N/T, K, T): no copy after."""
+  a, b = rand_list((33, 70), 175), rand_list((70, 1088), 176)
+  fn = lambda x, w: x @ (w * 2).contiguous()
+  store, _ = tiny.render(fn(Tensor.empty(33, 70, device="CPU"), Tensor.empty(70, 1088, device="CPU")))
+  assert store.name.startswith(f"E_{1088 // (4 * cpu_width)}_70_"), store.name
+  assert_close(poisoned(fn, a, b).tolist(), ref_matmul(a, [[2 * v for v in row] for row in b]), rtol=1e-5, atol=1e-5)
+
 def test_a_cpu_matmul_of_a_transposed_b_too_small_to_pack_keeps_a_small_tile(cpu_width):
   """b's columns are a row apart, so they can't be vectors: a tile as wide as four of them would be 256 scalars, each
   with its own cos inlined (20,000 lines of C, 25 s to compile)."""
@@ -2963,6 +2971,7 @@ def cpu_width(request, monkeypatch) -> int:
   monkeypatch.setattr(tiny.Device, "target",
                       lambda name: target(name)._replace(width=request.param) if name == "CPU" else target(name))
   monkeypatch.setattr(tiny, "program_cache", {})  # what was lowered at another width is not this
+  monkeypatch.setattr(tiny, "plans", tiny.Bounded())  # nor what was planned (a matmul's packed tiles)
   return request.param
 
 def poisoned(fn, *xs, device="CPU") -> Tensor:
