@@ -4748,16 +4748,22 @@ def test_a_scans_blocks_unroll_their_triangle_and_its_compares_fold_away():
     blocks = tiny.render(Tensor.empty(63 * 16).cumsum())[0]
   assert blocks.opts == "upcast 16:16 unroll 16:16" and not any(u.op in tiny.GroupOp.Compare for u in blocks.uops)
 
-def test_a_constant_below_the_common_factor_of_a_sum_leaves_its_division_and_remainder():
-  """(g*a + k) // c is a // (c/g), where g divides c and k < g; every value checked against Python's // and %."""
+def test_a_remainder_below_the_common_factor_of_a_sum_leaves_its_division():
+  """(g*a + b) // c is a // (c/g) and (g*a + b) % c is (a % (c/g))*g + b, where g divides c and 0 <= b < g: b a
+  constant, or a range (a flat index's lower dims); every value checked against Python's // and %."""
   r, s = (tiny.new_range(n, tiny.AxisType.GLOBAL) for n in (11, 9))
   const = lambda v: tiny.UOp.const(dtypes.index, v)
-  for g, k, c in ((8, 3, 16), (8, 7, 16), (6, 5, 18), (6, 5, 12), (4, 0, 12)):
+  cases = [(r * g + s * (2 * g) + k, c, lambda i, j, g=g, k=k: g * i + 2 * g * j + k, r)
+           for g, k, c in ((8, 3, 16), (8, 7, 16), (6, 5, 18), (6, 5, 12), (4, 0, 12))]
+  cases += [(r * 12 + s, 36, lambda i, j: 12 * i + j, s), (r * 16 + s + 3, 48, lambda i, j: 16 * i + j + 3, s)]
+  for x, c, value, below in cases:
     for op in (operator.floordiv, operator.mod):
-      folded = tiny.simplify(op(r * g + s * (2 * g) + k, c))
-      if op is operator.floordiv: assert not any(u.op is tiny.Ops.CONST and u.arg == k for u in folded.toposort), folded
+      folded = tiny.simplify(op(x, c))
+      if op is operator.floordiv:  # the remainder is gone: no constant, and no range below g (s < 12 or s + 3 < 16)
+        assert not any(u.op is tiny.Ops.ADD and u.src[1].op is tiny.Ops.CONST for u in folded.toposort), folded
+        assert below is r or below not in folded.toposort, folded
       for i, j in itertools.product(range(11), range(9)):
-        assert tiny.simplify(tiny.substitute(folded, {r: const(i), s: const(j)})).arg == op(g * i + 2 * g * j + k, c)
+        assert tiny.simplify(tiny.substitute(folded, {r: const(i), s: const(j)})).arg == op(value(i, j), c)
 
 def test_scans_past_a_block_and_their_indices():
   rng = random.Random(5)

@@ -617,15 +617,17 @@ def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   return functools.reduce(operator.add, [exact_div(t, c.arg) for t in whole]) + rem // c.arg
 
 def common_factor(x:UOp, c:int, op:Ops) -> UOp|None:
-  """(g*a + k) // c -> a // (c/g) and (g*a + k) % c -> (a % (c/g))*g + k, where g divides c and every term but the
-  constant k, and 0 <= k < g: k can't carry g*a past a multiple of c ((8r + 3) // 16 is r // 2, so a vector's 8 lanes
-  at 8r + k read one element of a row of 16, once)."""
-  k = sum(t.arg for t in x.terms() if t.op is Ops.CONST)
-  varying = [t for t in x.terms() if t.op is not Ops.CONST]
-  g = math.gcd(c, *(t.const_factor() for t in varying))
-  if not varying or g == 1 or not 0 <= k < g: return None
-  a, n = functools.reduce(operator.add, [exact_div(t, g) for t in varying]), c // g
-  return a // n if op is Ops.IDIV else (a % n) * g + k
+  """(g*a + b) // c -> a // (c/g) and (g*a + b) % c -> (a % (c/g))*g + b, where g divides c and 0 <= b < g: b can't
+  carry g*a past a multiple of c. (8r + 3) // 16 is r // 2: a vector's 8 lanes at 8r + k read one element of a row of
+  16, once; (32768k + p) // 294912 with p < 32768 is k // 9: a flat index's dim, without the dims below it."""
+  terms = x.terms()
+  for g in sorted({math.gcd(c, t.const_factor()) for t in terms} - {1}, reverse=True):
+    rest = [t for t in terms if t.const_factor() % g]
+    b = functools.reduce(operator.add, rest) if rest else x.const_like(0)
+    if b.vmin < 0 or b.vmax >= g: continue
+    a, n = functools.reduce(operator.add, [exact_div(t, g) for t in terms if t.const_factor() % g == 0]), c // g
+    return a // n if op is Ops.IDIV else (a % n) * g + b
+  return None
 
 def exact_div(t:UOp, c:int) -> UOp:  # t // c, for t a constant or x*k whose factors c divides: what c leaves of k
   if t.op is Ops.CONST: return t.const_like(t.arg // c)
