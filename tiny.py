@@ -2349,7 +2349,7 @@ class Tensor:
     written = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # the view of the buffer written
     Tensor._realize_readers({written.src[0]}, self, x)
     value = x.uop
-    self.uop = pending(UOp(Ops.ASSIGN, self.dtype, (written, value)))  # (an equal write done before is this node)
+    self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))  # (an equal write done before is this node)
     # x's graph reads the buffer being written: x becomes a copy of its value now (made only if x is read), unless x
     # is a buffer itself (its own assign, or a whole buffer)
     if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and written.src[0] in value.buffers:
@@ -2897,14 +2897,14 @@ class Plan:
   """The kernels of every graph of one structure (its ops, shapes, dtypes, constants, and which of its buffers are the
   same), over slots: the graph's own buffers, then one for each node a run stores. A constant is part of the
   structure: a new value is a new kernel, compiled once."""
-  items: list[Kernel]           # the kernels, in the order they run
-  made: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
-  roots: list[UOp|None]          # the view of the slot that holds each root; None: it is read from memory already
-  writes: dict[int, UOp]         # each assign's row -> the view it writes: realize() notes it done, as the roots
+  items: list[Kernel]                 # the kernels, in the order they run
+  new_slots: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
+  roots: list[UOp|None]               # the view of the slot that holds each root; None: read from memory already
+  writes: dict[int, UOp]              # each assign's row -> the view it writes: realize() notes it done, as the roots
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
   def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
     """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
-    made = [Buffer(device, size, dtype) for size, dtype in self.made]
+    made = [Buffer(device, size, dtype) for size, dtype in self.new_slots]
     if capturing.now is not None: capturing.now.made.update(made)
     bufs = buffers + made
     settings = (getenv("NOOPT"), getenv("BEAM"))
@@ -2933,15 +2933,16 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   split = rebuild(sink, split_and_pack)
   realize, has_reduce = kernel_outputs(split)
   reads = kernel_inputs(split, realize)
-  first_made = len({r.slot for r in key.rows if isinstance(r, Read)})  # (the graph's own buffers come first)
-  made = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
-  views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_made + i, prod(u.shape))),),
-                  ShapeTracker.contiguous(u.shape)) for i, u in enumerate(made)}
+  first_new = len({r.slot for r in key.rows if isinstance(r, Read)})  # (the graph's own buffers come first)
+  stored = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
+  views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_new + i, prod(u.shape))),),
+                  ShapeTracker.contiguous(u.shape)) for i, u in enumerate(stored)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
   row_of = {became[u]: i for i, u in enumerate(graph)}  # (split and packed) node -> its row
   items = [_kernel(g, views, realize, row_of) for g in group_outputs(reads, has_reduce)]
   stored_at = {r: view for item in items for r, view in item.stores.items()}  # row -> the slot view that holds it
-  return Plan(items, made=[(prod(u.shape), u.dtype) for u in made], roots=[stored_at.get(r) for r in key.roots],
+  return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in stored],
+              roots=[stored_at.get(r) for r in key.roots],
               writes={r: view for r, view in stored_at.items() if graph[r].op is Ops.ASSIGN})
 
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
@@ -2955,7 +2956,7 @@ def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each 
 
 def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
   """A plan's kernels on this graph's buffers, with a new buffer for each slot the plan makes (allocated when used)."""
-  bufs = buffers + [Buffer(device, size, dtype) for size, dtype in plan.made]
+  bufs = buffers + [Buffer(device, size, dtype) for size, dtype in plan.new_slots]
   return [ScheduleItem(item.ast, [bufs[b.arg.index] for b in item.bufs],
                        {nodes[r]: v.rebind(bufs[v.src[0].arg.index]) for r, v in item.stores.items()}, item.why)
           for item in plan.items]
@@ -2973,7 +2974,7 @@ def remember(u:UOp, view:UOp) -> UOp:
   u.__dict__["realized"] = weakref.ref(view)
   if capturing.now is not None: capturing.now.computed.add(u)
   return view
-def pending(u:UOp) -> UOp:  # u still to compute, though an equal node was realized before and is still held
+def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was realized before and is still held
   u.__dict__.pop("realized", None)
   return u
 
@@ -5256,7 +5257,7 @@ class Replay:
   they were at capture (weights), of which rand's places are written anew, so that each replay draws what its call
   would have. What the function returned, with each tensor in it as an Output: the slot of its buffer, and its view.
   Replays of one capture take turns, as they share its buffers."""
-  made: list[tuple[str, int, DType]]
+  new_outputs: list[tuple[str, int, DType]]  # (device, size, dtype) of each output buffer a replay makes
   held: list[Buffer]
   places: list[tuple[int, int]]  # (slot, place in rand's sequence counted from where the call began)
   draws: int  # how far the call moved rand's sequence
@@ -5283,7 +5284,7 @@ class Replay:
     slots = {b: i for i, b in enumerate(given + outputs + own + held)}
     places = [(slots[p.buffer], p.start - call.start) for p in call.data if isinstance(p, Place) and p.buffer in slots]
     launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
-    return Replay(made=[(b.device, b.size, b.dtype) for b in outputs],
+    return Replay(new_outputs=[(b.device, b.size, b.dtype) for b in outputs],
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
                   draws=Tensor._counter - call.start, launches=launches,
                   outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), native=graph(launches))
@@ -5291,7 +5292,7 @@ class Replay:
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
     return sum(l.prog.info[0] for _, l in self.launches), sum(l.prog.info[1] for _, l in self.launches)
   def __call__(self, given:list[Buffer]):
-    bufs = given + [Buffer(*m) for m in self.made] + self.held
+    bufs = given + [Buffer(*m) for m in self.new_outputs] + self.held
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
