@@ -255,7 +255,7 @@ def tiny_jit_python(fn, ins):
     wall = time.perf_counter() - start
     if not jit.replays: return wall, out  # the first two calls, before a replay exists: only ever a warm-up
     replay, = jit.replays.values()
-    assert len(replay.made) == 1 and not replay.held, "one kernel writing one output, as a*b+c"
+    assert len(replay.new_outputs) == 1 and not replay.held, "one kernel writing one output, as a*b+c"
     mem = [t.buffer().buf for t in ins] + [out.buffer().buf]  # the replay's slots: its inputs, then what it made
     kernels = sum(fn(*[mem[i] for i in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
                      wait=True) for fn, l in replay.launches)
@@ -602,7 +602,7 @@ if lib == "tiny-jit":
   replay, = run.replays.values()
   info |= {"kernels": len(replay.launches),
            "bytes": sum(b.size * b.dtype.itemsize for b in replay.held) +
-                    sum(n * d.itemsize for _, n, d in replay.made)}
+                    sum(n * d.itemsize for _, n, d in replay.new_outputs)}
 print(json.dumps(info))
 """
 
