@@ -4747,6 +4747,8 @@ def test_a_scans_blocks_unroll_their_triangle_and_its_compares_fold_away():
     m.setenv("NOCACHE", "1")  # (the uops of a program from the disk cache aren't kept)
     blocks = tiny.render(Tensor.empty(63 * 16).cumsum())[0]
   assert blocks.opts == "upcast 16:16 unroll 16:16" and not any(u.op in tiny.GroupOp.Compare for u in blocks.uops)
+  # (no loop left: no vector accumulators, each summed across at the end; the sums share their partial sums)
+  assert all(u.dtype.count == 1 for u in blocks.uops if u.op is tiny.Ops.ADD), blocks.src
 
 def test_a_remainder_below_the_common_factor_of_a_sum_leaves_its_division():
   """(g*a + b) // c is a // (c/g) and (g*a + b) % c is (a % (c/g))*g + b, where g divides c and 0 <= b < g: b a

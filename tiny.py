@@ -4064,7 +4064,10 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
   size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
   reduce's loop first, then upcasts), then others no value varies with together (a row's max, its sum, its outputs)."""
-  looped = {u for r in sink.toposort if r.op is Ops.REDUCE for u in r.src[0].toposort}
+  # (a reduce unrolled whole runs in no loop: a scan's triangle, whose outputs then take the lanes, or none, and its
+  # sums share their partial sums, one add an element)
+  looped = {u for r in sink.toposort if r.op is Ops.REDUCE and any(x.kind is not AxisType.UNROLL and x.size > 1
+                                                                   for x in r.src[1:]) for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
   def count(r:UOp, w:int) -> tuple[int, int]:
     vectors = [u for u in access if _contiguous(u, r, w)]
