@@ -4354,10 +4354,15 @@ def test_a_composite_builds_the_graph_its_method_would(kind):
   x = composite_inputs()[kind]
   b = Tensor(rand_list((5,), 91)).realize()
   w = Tensor(rand_list((x.shape[-1], 5), 92)).realize()
+  kernel, labels = Tensor(rand_list((2, 1, 3, 3), 95)).realize(), Tensor([k % x.shape[1] for k in range(x.shape[0])])
   cases = [(Tensor.softmax, (x,), {}), (Tensor.log_softmax, (x, 0), {}), (Tensor.layernorm, (x,), {"eps": 1e-3}),
            (Tensor.gelu, (x,), {}), (Tensor.var, (x, 1), {"correction": 0}), (Tensor.relu, (x,), {}),
            (Tensor.linear, (x, w, b), {}), (Tensor.linear, (x, w.T.T), {"bias": b}), (Tensor.dot, (x, w), {}),
-           (Tensor.logsumexp, (x, -1, True), {}), (Tensor.mean, (x,), {}), (Tensor.sigmoid, (x,), {})]
+           (Tensor.logsumexp, (x, -1, True), {}), (Tensor.mean, (x,), {}), (Tensor.sigmoid, (x,), {}),
+           (Tensor.cumsum, (x, 1), {}), (Tensor.cumprod, (x, 0), {}), (Tensor.cross_entropy, (x, labels), {}),
+           (Tensor.cross_entropy, (x, x.softmax()), {"label_smoothing": 0.1}),
+           (Tensor.conv2d, (x.reshape(1, 1, *x.shape), kernel), {"padding": 1}),
+           (Tensor.avg_pool2d, (x.reshape(1, 1, *x.shape),), {"kernel_size": 3, "padding": 1})]
   for method, args, kwargs in cases:
     for _ in range(2):  # the template's first call, then a call that only makes it again
       assert method(*args, **kwargs).uop is method.__wrapped__(*args, **kwargs).uop, method.__name__

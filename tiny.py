@@ -1653,7 +1653,9 @@ class Tensor:
   def _widened(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
     narrower = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
     return self.cast(dtypes.int64) if narrower else self
+  @composite
   def cumsum(self, axis=0) -> Tensor: return self._widened()._scan(Ops.ADD, axis)
+  @composite
   def cumprod(self, axis=0) -> Tensor: return self._widened()._scan(Ops.MUL, axis)
   def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
     """The running max, and where it was last met, as torch's."""
@@ -2087,6 +2089,7 @@ class Tensor:
   def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
     padding = per_dim(padding, dims)  # for each, or torch's flat pairs
     return [(p, p) for p in padding] if len(padding) == dims else flat_pairs(padding, dims)
+  @composite
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
     """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
     the input padded, its windows (_pool) stored as rows, one for each channel and kernel position, over the output
@@ -2148,6 +2151,7 @@ class Tensor:
                  .pad(grow[-len(kernel):]))
     where = size - (windows._at_max(top) * countdown._pool(kernel, stride, dilation)).max(axes)
     return top.reshape(top.shape[:-len(kernel)]), where.cast(dtypes.int32)
+  @composite
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
@@ -2255,6 +2259,7 @@ class Tensor:
     reduce = {"mean": Tensor.mean, "sum": Tensor.sum, "none": lambda t: t}
     if reduction not in reduce: raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
     return reduce[reduction](self)
+  @composite
   def cross_entropy(self, Y:Tensor, reduction="mean", label_smoothing=0.0) -> Tensor:
     """Logits (N, C, ...) or (C,) against class indices, or probabilities of the logits' shape."""
     if not 0 <= label_smoothing <= 1: raise ValueError(f"label_smoothing={label_smoothing} is not in [0, 1]")
