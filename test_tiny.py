@@ -4362,7 +4362,10 @@ def test_a_composite_builds_the_graph_its_method_would(kind):
            (Tensor.cumsum, (x, 1), {}), (Tensor.cumprod, (x, 0), {}), (Tensor.cross_entropy, (x, labels), {}),
            (Tensor.cross_entropy, (x, x.softmax()), {"label_smoothing": 0.1}),
            (Tensor.conv2d, (x.reshape(1, 1, *x.shape), kernel), {"padding": 1}),
-           (Tensor.avg_pool2d, (x.reshape(1, 1, *x.shape),), {"kernel_size": 3, "padding": 1})]
+           (Tensor.avg_pool2d, (x.reshape(1, 1, *x.shape),), {"kernel_size": 3, "padding": 1}),
+           (Tensor.sparse_categorical_crossentropy, (x, labels), {"label_smoothing": 0.1}),
+           (Tensor.binary_crossentropy, (x.sigmoid(), (x > 0).float()), {}),
+           (Tensor.binary_crossentropy_logits, (x, (x > 0).float()), {"reduction": "sum"})]
   for method, args, kwargs in cases:
     for _ in range(2):  # the template's first call, then a call that only makes it again
       assert method(*args, **kwargs).uop is method.__wrapped__(*args, **kwargs).uop, method.__name__

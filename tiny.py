@@ -2279,14 +2279,17 @@ class Tensor:
     if ignore_index is not None: w = w * (Y != ignore_index)
     loss = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * w
     return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
+  @composite
   def sparse_categorical_crossentropy(self, Y:Tensor, ignore_index=-1, label_smoothing=0.0, reduction="mean") -> Tensor:
     """Logits (..., C) against class indices (...), ignore_index's not counted."""
     logp, keep = self.log_softmax(-1), (Y != ignore_index)
     picked = (logp * Y.one_hot(self.shape[-1])).sum(-1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * logp.mean(-1)) * keep
     return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
+  @composite
   def binary_crossentropy(self, Y:Tensor, reduction="mean") -> Tensor:
     return (-Y * self.log().maximum(-100) - (1 - Y) * (1 - self).log().maximum(-100))._reduction(reduction)  # (torch's)
+  @composite
   def binary_crossentropy_logits(self, Y:Tensor, reduction="mean", pos_weight:Tensor|None=None) -> Tensor:
     return (-((1 if pos_weight is None else pos_weight) * Y * self.logsigmoid()
               + (1 - Y) * (-self).logsigmoid()))._reduction(reduction)
