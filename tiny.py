@@ -4074,8 +4074,8 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   reduce's loop first, then upcasts), then others no value varies with together (a row's max, its sum, its outputs)."""
   # (a reduce unrolled whole runs in no loop: a scan's triangle, whose outputs then take the lanes, or none, and its
   # sums share their partial sums, one add an element)
-  looped = {u for r in sink.toposort if r.op is Ops.REDUCE and any(x.kind is not AxisType.UNROLL and x.size > 1
-                                                                   for x in r.src[1:]) for u in r.src[0].toposort}
+  def loops(r:UOp) -> bool: return any(x.kind is not AxisType.UNROLL and x.size > 1 for x in r.src[1:])
+  looped = {u for r in sink.toposort if r.op is Ops.REDUCE and loops(r) for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
   def count(r:UOp, w:int) -> tuple[int, int]:
     vectors = [u for u in access if _contiguous(u, r, w)]
@@ -5116,8 +5116,9 @@ class GlobalCounters:
   wait, DEBUG=2 or a capture); and the bytes of device memory that buffers hold now."""
   global_ops, global_mem, time_sum_s, kernel_count, mem_used = 0, 0, 0.0, 0, 0  # (mem_used: not reset)
   @staticmethod
-  def reset(): GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s, \
-    GlobalCounters.kernel_count = 0, 0, 0.0, 0
+  def reset():
+    GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
+    GlobalCounters.time_sum_s = 0.0
   @staticmethod
   def ran(kernels:int, ops:int, moved:int, seconds:float):
     GlobalCounters.kernel_count += kernels
