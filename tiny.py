@@ -11,10 +11,10 @@ Sections:
   gradients       a derivative rule per primitive, and the walk that applies them from a loss back
   nn              optimizers (a step is lazy assigns), layers, weights on disk (safetensors)
   scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
-  lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, tensor cores,
-                  BEAM), lanes and threads, accumulators, bfloat16 in float32, streaming stores, linearize. What tunes
-                  a CPU's memory traffic, each with its reason where it is: reread (a row's dear values stored once and
-                  read back, the next row prefetched, a row on the stack where the output goes past the cache), pack (a
+  lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, tensor cores, BEAM),
+                  lanes and threads, accumulators, bfloat16 in float32, streaming stores, linearize. What tunes a CPU's
+                  memory traffic, each with its reason where it is: reread (a row's costly values stored once and read
+                  back, the next row prefetched, a row on the stack where the output goes past the cache), pack (a
                   matmul's b in tiles: the scheduler's), tile_order (a matmul's rows inside its columns), stream (stores
                   past the cache)
   renderers       linear UOps -> C, CUDA or Metal source: one algorithm, three dialects as data
@@ -187,7 +187,7 @@ def decoded(d:DType, raw:bytes) -> tuple:
 # ---------------------------------------------------------------------------------------------------------------------
 # UOp: one immutable, hash-consed node type for every level of the compiler, from tensors to rendered lines.
 
-class Ops(IntEnum):
+class Ops(IntEnum):  # (a plain class after import, for speed: see plain() at the end)
   # tensor level
   BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
   POW = auto()  # srcs (base, exponent, value): kernels compute the value's ALU ops; the node carries pow's gradient
@@ -212,7 +212,7 @@ class GroupOp:
   Moved = Elementwise | {Ops.VIEW}  # an element from elements at places computed from its own
 
 # the named args of kernel-level nodes
-class AxisType(Enum):
+class AxisType(Enum):  # (a plain class after import, as Ops)
   """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: a row's columns,
   looped in every thread of the row's GPU block). A kernel's name lists its axes in this order."""
   THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
@@ -253,8 +253,9 @@ def _safe(f):
     except OverflowError: return math.inf
   return g
 # What every ALU op computes, on every device: C's semantics where C defines them (integer division truncates toward
-# zero), and one chosen result where it doesn't: x/0 and x%0 are 0, INT_MIN/-1 wraps, a shift by an amount outside
-# [0, width) gives 0 (or -1 for >> of a negative), max of nan is nan. Renderers emit guards that compute the same.
+# zero), and one chosen result where it doesn't: an int's x/0 and x%0 are 0 (a float's fmod by 0 is nan, as C's),
+# INT_MIN/-1 wraps, a shift by an amount outside [0, width) gives 0 (or -1 for >> of a negative), max of nan is nan.
+# Renderers emit guards that compute the same.
 python_alu: dict[Ops, Callable] = {
   Ops.NEG: operator.neg, Ops.EXP2: _safe(lambda x: 2.0**x), Ops.SIN: _safe(math.sin),
   Ops.LOG2: lambda x: math.log2(x) if x > 0 else -math.inf if x == 0 else math.nan,
@@ -269,6 +270,14 @@ python_alu: dict[Ops, Callable] = {
   Ops.WHERE: lambda c, a, b: a if c else b}
 
 def exec_alu(op:Ops, dtype:DType, srcs:Sequence) -> Any: return truncate(dtype, python_alu[op](*srcs))
+
+def _convert(d:DType, x):
+  """A C cast: float to int truncates toward zero. Where C leaves it undefined, it saturates at the int type's limits,
+  and nan is 0."""
+  if dtypes.is_int(d) and isinstance(x, float):
+    lo, hi = dtypes.limits(d)
+    x = 0 if math.isnan(x) else min(max(math.trunc(x) if math.isfinite(x) else x, lo), hi)
+  return truncate(d, dtypes.python(d)(x))
 
 class MathMixin:
   """Operator sugar shared by UOp (builds graphs) and UPat (builds patterns)."""
@@ -334,7 +343,11 @@ class NodeRef(weakref.ref):  # a weak reference to a node that knows its key in 
   __slots__ = ("key",)
 
 class UOp(MathMixin, metaclass=UOpMeta):
-  """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality."""
+  """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality. Besides its
+  four fields and what it caches (shape, buffers, ...: cached_property, lock-free after import, see cached at the end),
+  a tensor-level node holds two notes that never change what it computes: `realized`, the view of the buffer it was last
+  computed into (see remember), and `computed_from`, the graph a realized view was computed from, for gradients (see
+  computed_from)."""
   op: Ops
   dtype: DType|None
   src: tuple[UOp, ...]
@@ -365,9 +378,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
-    """The same values, as a view the gradient walk stops at (it records no move). A view of a buffer stays one view
-    of it; any other node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its
-    sources."""
+    """The same values, as a view the gradient walk stops at (it records no move: a ShapeTracker, in Views below,
+    holds each view's last move and the tracker before it). A view of a buffer stays one view of it; any other node
+    is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
     if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes, and nothing before it: the gradient walk stops here, composites do not replay it)
@@ -393,7 +406,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return self.src[-1].shape  # (any other op: its sources share one shape; POW's value is its last)
   @functools.cached_property
   def key(self) -> tuple:
-    """A structural key, the same in every process: orders the terms of a sum, and keys the program cache."""
+    """A structural key that orders the terms of a sum (ranges by the order they were made in)."""
     for u in self._sources:  # sources first, so a long chain doesn't recurse
       if "key" not in u.__dict__: u.__dict__["key"] = u._key()
     return self._key()
@@ -468,6 +481,7 @@ def _and_bounds(a, b):  # x & y is in [0, y] for y >= 0: it only clears y's bits
   return (0, min(highs)) if highs else None
 def _positive_const(b) -> bool: return b[0] == b[1] and b[0] > 0
 def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
+  # a's range within one multiple of b and the next: the remainder runs from lo % b to hi % b
   if a[0] >= 0 and a[0] // b[0] == a[1] // b[0]: return (a[0] % b[0], a[1] % b[0])
   # else: from 0, or down to -(b-1) for a negative dividend; to 0, or up to b-1 for a positive one
   return (0 if a[0] >= 0 else max(a[0], 1 - b[0]), 0 if a[1] <= 0 else min(a[1], b[0] - 1))
@@ -511,9 +525,10 @@ class UPat(MathMixin):
     return UPat(op, None if op in GroupOp.Compare else srcs[0].dtype, list(srcs) if op in GroupOp.Commutative else srcs)
 
   def match(self, u:UOp, store:dict) -> list[dict]:
-    if (self.op is not None and u.op not in self.op) or (self.dtype is not None and u.dtype not in self.dtype) or \
-       (self.arg is not None and (u.arg != self.arg or (type(u.arg) is bool and type(self.arg) is not bool))):
-      return []  # (True == 1 in Python: a node's bool matches a bool only)
+    if self.op is not None and u.op not in self.op: return []
+    if self.dtype is not None and u.dtype not in self.dtype: return []
+    if self.arg is not None and u.arg != self.arg: return []
+    if self.arg is not None and type(u.arg) is bool and type(self.arg) is not bool: return []  # (True == 1 in Python)
     if self.name is not None and store.setdefault(self.name, u) is not u: return []
     if self.src is None: return [store]
     matches = []
@@ -533,16 +548,23 @@ class PatternMatcher:
       takes_ctx = "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]  # a parameter named ctx
       for op in pat.op: self.pdict[op].append((pat, fn, takes_ctx))
     self.fixed: weakref.WeakSet = weakref.WeakSet()  # nodes graph_rewrite left as they are, and so all their sources
-  def fire(self, u:UOp, ctx=None) -> tuple[UPat, Any]|None:
+  def fire(self, u:UOp, ctx=None) -> Fired|None:
     """The first rule that rewrites u, and what it made of it."""
     ops = {s.op for s in u.src}  # most nodes match no rule: one needing a source op u lacks is not even tried
-    for pat, fn, wants_ctx in self.pdict.get(u.op, ()):
+    for pat, fn, takes_ctx in self.pdict.get(u.op, ()):
       for captures in (pat.match(u, {}) if pat.needs <= ops else ()):
-        out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
-        if out is not None and out is not u: return pat, out
+        out = fn(ctx=ctx, **captures) if takes_ctx else fn(**captures)
+        if out is not None and out is not u: return Fired(pat, out)
     return None
   def rewrite(self, u:UOp, ctx=None) -> Any:
-    return None if (fired := self.fire(u, ctx)) is None else fired[1]
+    return None if (fired := self.fire(u, ctx)) is None else fired.new
+
+class Fired(NamedTuple):  # a rule that rewrote a node: its pattern, and what it made
+  pattern: UPat
+  new: Any
+
+# rules that undo each other would loop forever: far more rewrites than nodes (this many, plus 64 a node) is such a loop
+REWRITE_LIMIT = 10000
 
 def graph_rewrite(sink:UOp, pm:PatternMatcher) -> UOp:
   """Rewrite sources first, then the node; a node a rule returns is itself rewritten, so all reach a fixed point. A node
@@ -564,10 +586,10 @@ def graph_rewrite(sink:UOp, pm:PatternMatcher) -> UOp:
         done[u] = node
         pm.fixed.add(node)
       else:
-        stack += [(u, "become", fired[1]), (fired[1], "visit", None)]
-        rewrites += 1  # rules that undo each other would loop forever: far more rewrites than nodes is such a loop
-        if rewrites > 10000 + 64 * len(done): raise RuntimeError(f"rewrite rules don't reach a fixed point: {fired[0]} "
-                                                                 f"keeps rewriting {node.op.name}")
+        stack += [(u, "become", fired.new), (fired.new, "visit", None)]
+        rewrites += 1
+        if rewrites > REWRITE_LIMIT + 64 * len(done):
+          raise RuntimeError(f"rewrite rules don't reach a fixed point: {fired.pattern} keeps rewriting {node.op.name}")
     else: done[u] = done[new]  # "become": u becomes what its rewrite becomes, once that is rewritten
   return done[sink]
 
@@ -591,14 +613,15 @@ def all_of(*conds:UOp|None) -> UOp|None:  # the conjunction of the conditions th
 # Symbolic rules: constant folding, identities, and the index algebra that makes a float4 address `gidx0*4` with no
 # division left. C's `/` and `%` truncate where Python's floor, so div/mod rules only fire where bounds prove x >= 0.
 
-ints = (dtypes.int32, dtypes.int64, dtypes.index)
+ints = (dtypes.int32, dtypes.int64, dtypes.index)  # the ints the rules below rewrite: narrower ones stay as written
 x, y, c0, c1 = UPat.var("x"), UPat.var("y"), UPat.cvar("c0"), UPat.cvar("c1")
 xi, yi = UPat.var("x", ints), UPat.var("y", ints)
 xidx = UPat.var("x", dtypes.index)  # only index math is sure not to wrap: user ints wrap as the machine's do
 
 def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
-  """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides, and the part c
-  divides of a term with a larger factor (a*(c+1) = a*c + a: a window's row, j*(n+d), read mod n)."""
+  """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides. A term a*f
+  whose factor f is larger than c and no multiple of it is split first, as a*(f - f%c) + a*(f%c), so that c divides
+  the first part (j*(n+d) read mod n: a window's row)."""
   if c.arg <= 0 or x.vmin < 0: return None
   if op is Ops.MOD and x.vmax < c.arg: return x
   terms = []
@@ -629,7 +652,7 @@ def common_factor(x:UOp, c:int, op:Ops) -> UOp|None:
     return a // n if op is Ops.IDIV else (a % n) * g + b
   return None
 
-def exact_div(t:UOp, c:int) -> UOp:  # t // c, for t a constant or x*k whose factors c divides: what c leaves of k
+def exact_div(t:UOp, c:int) -> UOp:  # t // c, for t a constant or x*k (k a constant), where c divides t exactly
   if t.op is Ops.CONST: return t.const_like(t.arg // c)
   x, k = t.src[0], t.src[1].arg
   if k % c == 0: return x * (k // c)
@@ -668,7 +691,7 @@ symbolic = PatternMatcher([
   (x * 1, lambda x: x),                                                 # x*1 -> x
   (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
   (x // 1, lambda x: x),                                                # x//1 -> x
-  (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x
+  (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x, x&False -> c
   (UPat(Ops.WHERE, src=(UPat.var(), x, x)), lambda x: x),               # c ? x : x -> x
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),  # True ? x : y -> x
   (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
@@ -770,8 +793,9 @@ class View:
     if self.mask is not None:  # a masked view only folds a reshape that adds or drops size-1 dims (all valid ones)
       if [s for s in shape if s != 1] != [s for s in self.shape if s != 1]: return None
       if any(m != (0, 1) for s, m in zip(self.shape, self.mask) if s == 1): return None
+      # the dims other than 1 in the new shape are the old ones, in order: each keeps its mask and stride
       real = iter([(m, st) for s, m, st in zip(self.shape, self.mask, self.strides) if s != 1])
-      kept = [next(real) if s != 1 else ((0, 1), 0) for s in shape]  # (a real dim's mask and stride; a new 1's)
+      kept = [next(real) if s != 1 else ((0, 1), 0) for s in shape]
       return View(shape, tuple(st for _, st in kept), self.offset, tuple(m for m, _ in kept))
     strides = reshape_strides(self.shape, self.strides, shape)
     return None if strides is None else View(shape, strides, self.offset)
@@ -780,7 +804,7 @@ class View:
     return View(pick(self.shape), pick(self.strides), self.offset, None if self.mask is None else pick(self.mask))
   def expand(self, shape) -> View:
     # an expanded dim of 1 is valid all along (0, n), or nowhere (0, 0)
-    mask = None if self.mask is None else tuple(m if s == n else ((0, n) if m != (0, 0) else m)
+    mask = None if self.mask is None else tuple(m if s == n or m == (0, 0) else (0, n)
                                                 for m, s, n in zip(self.mask, self.shape, shape))
     return View(tuple(shape), tuple(st if s == n else 0 for st, s, n in zip(self.strides, self.shape, shape)),
                 self.offset, mask)
@@ -815,7 +839,8 @@ class ShapeTracker:
   move: Move|None = None
   before: ShapeTracker|None = None
   def __hash__(self): return self._hash
-  def __repr__(self): return f"ShapeTracker({self.views!r})"  # what it maps: a key of the kernels that read it
+  # only the views, not the moves: UOp._key (and the kernel text cached on disk) read a tracker by what it maps
+  def __repr__(self): return f"ShapeTracker({self.views!r})"
   @functools.cached_property
   def _hash(self) -> int: return hash((self.views, self.move, self.before))
   @functools.cached_property
@@ -840,7 +865,7 @@ class ShapeTracker:
   def apply(self, fn:str, arg) -> ShapeTracker:
     """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
     if (view := getattr(self.views[-1], fn)(arg)) is not None: views = self.views[:-1] + (view,)
-    else: views = self.views + (View.contiguous(arg),)
+    else: views = self.views + (View.contiguous(arg),)  # (only reshape gives None)
     return ShapeTracker(views, Move(fn, arg), self)
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -906,17 +931,19 @@ def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
     raise ShapeError(f"shapes {' and '.join(map(str, shapes))} can't be broadcast together")
   return tuple(max(s, default=1) for s in sizes)
 
-# pad modes that continue the values past an edge, each made of views and cat: for a dim d of size s padded by b
-# before and a after: mode -> (most(s): the largest pad a side of size s allows, pieces(x, d, s, b, a): the views
-# that go before and after)
-EDGE_PADS: dict[str, tuple[Callable, Callable]] = {
-  "reflect": (lambda s: s - 1,  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
-              lambda x, d, s, b, a: (x._along(d, 1, b + 1).flip(d), x._along(d, s - 1 - a, s - 1).flip(d))),
-  "replicate": (lambda s: math.inf if s else 0,  # 0 0 0 | 0 1 2 3 | 3 3 3
-                lambda x, d, s, b, a: (x._along(d, 0, 1).expand(*[b if i == d else -1 for i in range(x.ndim)]),
-                                       x._along(d, s - 1, s).expand(*[a if i == d else -1 for i in range(x.ndim)]))),
-  "circular": (lambda s: s,  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
-               lambda x, d, s, b, a: (x._along(d, s - b, s), x._along(d, 0, a))),
+class EdgePad(NamedTuple):  # a pad mode that continues the values past an edge, with views and cat
+  most: Callable    # most(s): the largest pad a side of a dim of size s allows
+  pieces: Callable  # pieces(x, d, s, b, a): the views that go before and after dim d (size s), padded by b and a
+
+EDGE_PADS: dict[str, EdgePad] = {
+  "reflect": EdgePad(lambda s: s - 1,  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
+                     lambda x, d, s, b, a: (x._along(d, 1, b + 1).flip(d), x._along(d, s - 1 - a, s - 1).flip(d))),
+  "replicate": EdgePad(lambda s: math.inf if s else 0,  # 0 0 0 | 0 1 2 3 | 3 3 3
+                       lambda x, d, s, b, a: (x._along(d, 0, 1).expand(*[b if i == d else -1 for i in range(x.ndim)]),
+                                              x._along(d, s - 1, s).expand(*[a if i == d else -1
+                                                                            for i in range(x.ndim)]))),
+  "circular": EdgePad(lambda s: s,  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
+                      lambda x, d, s, b, a: (x._along(d, s - b, s), x._along(d, 0, a))),
 }
 
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
@@ -943,24 +970,45 @@ def composite(fn:Callable) -> Callable:
   """A method composed of others builds the same graph for every call whose inputs have the same shapes, dtypes and
   devices and whose other arguments are equal: it is built once, over placeholders, and made again over each call's
   inputs, node for node what the method would build, without its shape checks and broadcasts (a model step's graph
-  builds about three times as fast). A template a placeholder's view can't be made again in (a detached view) isn't
-  kept, nor one of an argument no key holds (a list)."""
+  builds about three times as fast). No template is kept where a placeholder's view can't be made again (a detached
+  view) or an argument can't be part of a key (a list): fn then builds the graph each call."""
   templates = Bounded()
   @functools.wraps(fn)
   def built(*args, **kwargs) -> Tensor:
-    key = tuple((Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
-                for a in (*args, *kwargs.values())) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
-    try:
-      if key not in templates: templates[key] = _template(fn, args, kwargs)
-      template = templates[key]
-    except TypeError: template = None  # an unhashable argument (a list), or fn's own TypeError: fn, below, raises it
-    if template is None: return fn(*args, **kwargs)
-    leaves, out, device = template
-    inputs = [a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
-    return Tensor._of(_rebuilt(out, dict(zip(leaves, inputs)), {}), device)
+    key = tuple([(Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
+                 for a in (*args, *kwargs.values())]) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
+    try: hash(key)
+    except TypeError: return fn(*args, **kwargs)  # (an unhashable argument)
+    if key not in templates: templates[key] = _template(fn, args, kwargs)
+    if (template := templates[key]) is None: return fn(*args, **kwargs)
+    return Tensor._of(template.made([a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]),
+                      template.device)
   return built
 
-def _template(fn:Callable, args:tuple, kwargs:dict) -> tuple[list[UOp], UOp, str]|None:
+class Build(NamedTuple):  # a template's step: a node to build, its sources by step number
+  op: Ops
+  dtype: DType|None
+  src: tuple[int, ...]
+  arg: Any
+
+class Moved(NamedTuple):  # a template's step: an input, moved as its placeholder's view was
+  input: int
+  moves: tuple[Move, ...]
+
+class Template(NamedTuple):
+  """A composite's graph as steps, each node's sources before it: a node to build (its sources by step number), a
+  node without sources to take as it is, or an input moved."""
+  steps: list[Build|Moved|UOp]
+  device: str
+  def made(self, inputs:list[UOp]) -> UOp:  # the graph over these inputs
+    done: list[UOp] = []
+    for step in self.steps:
+      if type(step) is Build: done.append(UOp(step.op, step.dtype, tuple([done[i] for i in step.src]), step.arg))
+      elif type(step) is Moved: done.append(inputs[step.input].moved(*step.moves) if step.moves else inputs[step.input])
+      else: done.append(step)
+    return done[-1]
+
+def _template(fn:Callable, args:tuple, kwargs:dict) -> Template|None:
   leaves: list[UOp] = []
   def stand_in(a):  # a tensor's placeholder: a whole view of a BUFFER that no buffer is behind
     if not isinstance(a, Tensor): return a
@@ -968,25 +1016,18 @@ def _template(fn:Callable, args:tuple, kwargs:dict) -> tuple[list[UOp], UOp, str
     return Tensor._of(UOp(Ops.VIEW, a.dtype, (leaves[-1],), ShapeTracker.contiguous(a.shape)), a.device)
   args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
   out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
-  def replayable(view:UOp) -> bool:  # made by moves from the placeholder's whole view: _rebuilt makes it so again
-    start = view.arg
-    while start.before is not None: start = start.before  # the tracker its moves began from
-    return start == ShapeTracker.contiguous(start.shape)  # the placeholder's own (a detached view's has a move)
-  if not all(replayable(u) for u in out.uop.toposort if u.op is Ops.VIEW and u.src[0] in leaves): return None
-  return leaves, out.uop, out.device
-
-def _rebuilt(u:UOp, inputs:dict[UOp, UOp], memo:dict[UOp, UOp]) -> UOp:
-  """A template's node over the inputs: a placeholder's view is the input moved as the view was, the rest as it was."""
-  if (done := memo.get(u)) is None:
-    if u.op is Ops.VIEW and u.src[0] in inputs:
-      moves = _moves(u.arg)
-      done = inputs[u.src[0]].moved(*moves) if moves else inputs[u.src[0]]
-    else: done = UOp(u.op, u.dtype, tuple(_rebuilt(s, inputs, memo) for s in u.src), u.arg) if u.src else u
-    memo[u] = done
-  return done
-
-def _moves(st:ShapeTracker) -> list[Move]:  # the moves that made st, first first
-  return [] if st.before is None else [*_moves(st.before), st.move]
+  steps, step_of = [], {}
+  for u in out.uop.toposort:
+    if u.op is Ops.VIEW and u.src[0] in leaves:
+      moves, start = [], u.arg
+      while start.before is not None: moves, start = [start.move, *moves], start.before  # the moves that made it
+      if start != ShapeTracker.contiguous(start.shape): return None  # not from the placeholder's own view (detached)
+      step = Moved(leaves.index(u.src[0]), tuple(moves))
+    elif u in leaves: continue
+    else: step = Build(u.op, u.dtype, tuple(step_of[s] for s in u.src), u.arg) if u.src else u
+    step_of[u] = len(steps)
+    steps.append(step)
+  return Template(steps, out.device)
 
 def creates(fn:Callable) -> staticmethod:
   """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on the tensor."""
@@ -999,12 +1040,13 @@ def creates(fn:Callable) -> staticmethod:
 
 class Tensor:
   _seed, _counter = 0, 0
-  # Every tensor, by id, for assign() to look through for readers of a buffer: a weak reference with no callback, since
-  # a WeakValueDictionary's entry made building a model step 15% slower. A dead reference stays until its id (an
-  # address) is reused: about as many entries as tensors alive at once. And the tensors that require grad,
-  # where backward() puts gradients (by id too: a WeakSet would compare two references to one tensor with ==, which is
-  # elementwise here).
+  # Every tensor, by id, in the order made, for assign() to look through for readers of a buffer (_realize_readers): a
+  # weak reference with no callback, since a WeakValueDictionary's entry, made for every tensor, made building a model
+  # step 15% slower. A dead reference stays until its id (an address) is reused, or assign() drops it: about as many
+  # entries as tensors alive at once.
   _live: dict[int, weakref.ref] = {}
+  # The tensors that require grad, where backward() puts gradients: few, so a WeakValueDictionary (by id: a WeakSet
+  # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
   training = False  # what dropout and batch norm read: set by Tensor.train()
@@ -1043,7 +1085,8 @@ class Tensor:
       dtype = own
     uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
     uop.src[0].arg.copyin(memoryview(raw))
-    if capturing.now is not None: capturing.now.data.append(hash(raw))  # (noted: a replay checks it is the same)
+    # data made inside a TinyJit's function is part of its capture: noted, so that a replay checks it is the same
+    if capturing.now is not None: capturing.now.data.append(hash(raw))
     return uop
 
   # --- properties
@@ -1136,8 +1179,10 @@ class Tensor:
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
-    dim_of = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))  # tensor k's
-    shape = tuple(ts[k].numel() for k in dim_of)  # dim d's size (xy's swap is its own inverse: dim_of maps both ways)
+    # tensor k varies along dim dim_of[k]: xy swaps the first two. A swap undoes itself, so dim d's size is that of
+    # tensor dim_of[d]
+    dim_of = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))
+    shape = tuple(ts[k].numel() for k in dim_of)
     return tuple(t.reshape(tuple(-1 if d == k else 1 for d in range(len(ts)))).expand(shape)
                  for t, k in zip(ts, dim_of))
 
@@ -1158,7 +1203,8 @@ class Tensor:
     """Where a rand call starts in the seeded sequence, as data, not a constant in the source, so that every rand call
     runs the same compiled kernel. A TinyJit capturing notes it, and each replay writes its own call's place."""
     t = Tensor.empty(1, dtype=dtypes.uint32, device=device)
-    buf = t.buffer()  # 0x9E3779B9 is 2**32 over the golden ratio: nearby seeds start far apart in the sequence
+    buf = t.buffer()
+    # 0x9E3779B9 is 2**32 over the golden ratio: nearby seeds start far apart in the sequence
     buf.copyin(memoryview(struct.pack("I", (start + 0x9E3779B9 * (Tensor._seed + 1)) % 2**32)))
     if capturing.now is not None: capturing.now.data.append(Place(start, buf))
     return t
@@ -1260,8 +1306,8 @@ class Tensor:
   alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def _wide(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()  # >= float32
-  def _unary(self, op:Ops) -> Tensor:  # in float32 at least (not every dialect has 16-bit transcendentals), then
-    return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)  # back to its float dtype (an int's: default)
+  # in float32 at least (not every dialect has 16-bit transcendentals), then back to its float dtype (an int's: default)
+  def _unary(self, op:Ops) -> Tensor: return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -1285,7 +1331,7 @@ class Tensor:
     return (b == 0).where(q, quotient.round()._signed_zero(q))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
-    quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is, as python_alu says)."""
+    quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is 0, as python_alu says)."""
     a, b = self._broadcast(x)
     q, r = a._trunc_div(b), a.fmod(b)
     up = (r != 0) & ((r < 0) != (b < 0))  # rounded toward 0, a negative quotient rounded up: floor is one lower
@@ -1508,7 +1554,7 @@ class Tensor:
     # a negative base to a whole power: the magnitude, signed by the power; to any other, nan (-inf's: inf or 0, as C's)
     negative = whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan))
     signed = (base < 0).where(negative, mag)
-    one = (e == 0) | (base == 1) | (base == -1) & e.isinf()  # as C's pow, where the log's product is nan
+    one = (e == 0) | (base == 1) | ((base == -1) & e.isinf())  # as C's pow, where the log's product is nan
     value = one.where(1, signed)
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
   __pow__ = pow
@@ -1543,7 +1589,8 @@ class Tensor:
   def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
   def softplus(self, beta=1.0) -> Tensor:  # log(1 + e^(bx)) / b, as max(bx, 0) + log(1 + e^-|bx|): no overflow
     x = self * beta
-    return (x.maximum(0) + (-x.abs()).exp()._log1p()) / beta  # (maximum: the slope 1/2 at 0, as relu's is 0)
+    # (maximum, not relu: at 0 its gradient splits, 1/2, and softplus's slope there is 1/2; relu's would give 0)
+    return (x.maximum(0) + (-x.abs()).exp()._log1p()) / beta
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softsign(self) -> Tensor: return self / (1 + self.abs())
   def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor:
@@ -1554,7 +1601,8 @@ class Tensor:
   # --- reductions
   def _axes(self, axis) -> tuple[int, ...]:
     """The dims an op works along, sorted. A 0-d tensor takes axis 0 or -1, as in torch and tinygrad, and has none."""
-    axes = range(self.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
+    if axis is None: axes = range(self.ndim)
+    else: axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     dims = [self._dim(a) for a in axes]
     if len(set(dims)) != len(dims): raise ShapeError(f"axis {axis} names a dim twice, for shape {self.shape}")
     return tuple(sorted(dims)) if self.ndim else ()
@@ -1684,10 +1732,10 @@ class Tensor:
     x, back = self.contiguous()._last(dim)  # (stored: its values are the ones compared and placed, see argmax)
     a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a: [i, 1], b: [1, j]
     steps = Tensor.arange(x.shape[-1], device=self.device)
-    def below(p, q): return (p < q) | (p == p) & (q != q)  # a nan above every number, as torch sorts
-    same = (b == a) | (a != a) & (b != b)
+    def below(p, q): return (p < q) | ((p == p) & (q != q))  # a nan above every number, as torch sorts
+    same = (b == a) | ((a != a) & (b != b))  # (nan equals nan here)
     before = below(a, b) if descending else below(b, a)  # [i, j]: x_j goes before x_i
-    place = (before | same & (steps < steps.unsqueeze(-1))).sum(-1)  # (of equal ones, j < i first: a stable sort)
+    place = (before | (same & (steps < steps.unsqueeze(-1)))).sum(-1)  # (of equal ones, j < i first: a stable sort)
     goes_to = place._one_hot(x.shape[-1])  # [i, p]: element i goes to place p
     return (back(goes_to.where(a, 0).sum(-2).cast(self.dtype)),
             back(goes_to.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
@@ -1749,12 +1797,12 @@ class Tensor:
     return cropped(x)
   def _pad_edges(self, grow, mode:str) -> Tensor:
     """One dim at a time: cat what goes before, the tensor, and what goes after, each a view of the tensor."""
-    most, edges = EDGE_PADS[mode]
-    x = self
+    pad, x = EDGE_PADS[mode], self
     for d, ((b, a), s) in enumerate(zip(grow, self.shape)):
       if b == a == 0: continue
-      if max(b, a) > most(s): raise ShapeError(f"{mode} pad ({b}, {a}) of dim {d}: size {s} allows {most(s)} a side")
-      before, after = edges(x, d, s, b, a)
+      if max(b, a) > pad.most(s):
+        raise ShapeError(f"{mode} pad ({b}, {a}) of dim {d}: size {s} allows {pad.most(s)} a side")
+      before, after = pad.pieces(x, d, s, b, a)
       x = Tensor.cat(*[t for t in (before, x, after) if t.shape[d]], dim=d)
     return x
   def shrink(self, arg) -> Tensor:
@@ -1840,18 +1888,19 @@ class Tensor:
     for i in idxs:
       if not dtypes.is_int(i.dtype): raise IndexError(f"a tensor index must be of ints or bools, not {i.dtype.name}")
     shape, rest = broadcast_shape(*[i.shape for i in idxs]), [d for d in range(self.ndim) if d not in dims]
-    sizes, no_rest = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))  # (a 1 for each dim of rest)
+    sizes, ones_for_rest = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))
     # every operand is laid out over (*rest, *shape, *sizes), with a 1 where it doesn't vary
     x = self.permute(*rest, *dims).reshape(*[self.shape[d] for d in rest], *(1,) * len(shape), *sizes)
     hit = None
     for k, (i, n) in enumerate(zip(idxs, sizes)):
-      index = (i < 0).where(i + n, i)._expand(shape).reshape(*no_rest, *shape, *(1,) * len(sizes))
-      places = Tensor.arange(n, device=self.device).reshape(*no_rest, *(1,) * len(shape),
+      index = (i < 0).where(i + n, i)._expand(shape).reshape(*ones_for_rest, *shape, *(1,) * len(sizes))
+      places = Tensor.arange(n, device=self.device).reshape(*ones_for_rest, *(1,) * len(shape),
                                                             *[n if j == k else 1 for j in range(len(sizes))])
       hit = index == places if hit is None else hit & (index == places)
     out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)  # summed over the sizes
     side_by_side = dims == list(range(dims[0], dims[0] + len(dims)))  # the picked shape takes their place, else first
-    r, b, first = len(rest), len(shape), dims[0] if side_by_side else 0
+    r, b = len(rest), len(shape)
+    first = dims[0] if side_by_side else 0
     # out is (*rest, *shape): shape's b dims go after the first `first` dims of rest
     return out.permute(*range(first), *range(r, r + b), *range(first, r))
   def __setitem__(self, idx, value):
@@ -2027,7 +2076,9 @@ class Tensor:
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
   def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def _owned(self) -> Tensor:  # its value in a new buffer: a graph built twice is one node, realized into one buffer
+  # its value in a buffer of its own: hash-consing makes equal graphs one node, realized into one buffer, and a tensor
+  # that is written or trained needs a buffer no other tensor shares
+  def _owned(self) -> Tensor:
     return Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).assign(self)
   def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as all are)
 
@@ -2112,17 +2163,17 @@ class Tensor:
     (c, per_group, *kernel), dims = weight.shape, weight.ndim - 2
     stride, dilation, output_padding = per_dim(stride, dims), per_dim(dilation, dims), per_dim(output_padding, dims)
     padding = Tensor._pads(padding, dims)
-    # its size: where the padding cuts every row of a dim, empty, as torch's (there is nothing to compute)
-    out = [(n - 1) * s - b - a + d * (k - 1) + op + 1
-           for n, s, (b, a), d, k, op in zip(self.shape[2:], stride, padding, dilation, kernel, output_padding)]
+    # the output's size; where the padding leaves a dim empty, the result is empty, as torch's
+    out = [(n - 1) * s - b - a + dil * (k - 1) + extra + 1
+           for n, s, (b, a), dil, k, extra in zip(self.shape[2:], stride, padding, dilation, kernel, output_padding)]
     if 0 in out: return Tensor.zeros(self.shape[0], groups * per_group, *out, dtype=self.dtype, device=self.device)
     x = self
-    for i, s in enumerate(stride):  # (k) -> (k, 1) -> padded to (k, s) -> (k*s) -> the last s-1 zeros cut
-      d, k = 2 + i, x.shape[2 + i]
-      x = x.unsqueeze(d + 1)._pad_along(d + 1, 0, s - 1).flatten(d, d + 1)._along(d, 0, k * s - (s - 1))
+    for i, s in enumerate(stride):  # (n) -> (n, 1) -> padded to (n, s) -> (n*s) -> the last s-1 zeros cut
+      dim, n = 2 + i, x.shape[2 + i]
+      x = x.unsqueeze(dim + 1)._pad_along(dim + 1, 0, s - 1).flatten(dim, dim + 1)._along(dim, 0, n * s - (s - 1))
     w = weight.reshape(groups, c // groups, per_group, *kernel).transpose(1, 2).flip(tuple(range(3, 3 + dims)))
-    pads = [((k - 1) * d - b, (k - 1) * d - a + op)
-            for k, d, (b, a), op in zip(kernel, dilation, padding, output_padding)]
+    pads = [((k - 1) * dil - b, (k - 1) * dil - a + extra)
+            for k, dil, (b, a), extra in zip(kernel, dilation, padding, output_padding)]
     return x.conv2d(w.reshape(groups * per_group, c // groups, *kernel), bias, groups, 1, dilation,
                     [v for p in reversed(pads) for v in p])  # (torch's flat order: the last dim first)
   def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> tuple[tuple, tuple, tuple, list, list]:
@@ -2185,7 +2236,9 @@ class Tensor:
         low = pos.floor().minimum(n - 1)
         frac = (pos - low).reshape(new, *(1,) * (self.ndim - d - 1))
         x = x[(*before, low.int())].lerp(x[(*before, (low + 1).minimum(n - 1).int())], frac)
-      else: x = x[(*before, ((at + 0.5 if mode == "nearest-exact" else at) * (n / new)).int().minimum(n - 1))]
+      else:  # nearest: each output's source pixel (nearest-exact: by pixel centers)
+        src = at + 0.5 if mode == "nearest-exact" else at
+        x = x[(*before, (src * (n / new)).int().minimum(n - 1))]
     return (x.round() if dtypes.is_int(self.dtype) else x).cast(self.dtype)  # (an int image's lerps rounded: torch's)
   def scaled_dot_product_attention(self, key:Tensor, value:Tensor, attn_mask:Tensor|None=None, dropout_p=0.0,
                                    is_causal=False, enable_gqa=False) -> Tensor:
@@ -2209,7 +2262,7 @@ class Tensor:
     names = lhs.split(",")
     if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
     def covered(t, n): return t.ndim - len(n.replace("...", ""))  # the dims ... stands for in t
-    dots = max(covered(t, n) for t, n in zip(ts, names) if "..." in n) if "..." in lhs else 0  # the widest "..."
+    dots = max([covered(t, n) for t, n in zip(ts, names) if "..." in n], default=0)  # the dims of the widest "..."
     spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula]  # letters the formula doesn't use
     ellipsis = "".join(spare[:dots])  # one for each dim of the widest "..."
     # an operand whose "..." covers fewer dims takes the last of those letters: its dims broadcast from the right
@@ -2220,9 +2273,11 @@ class Tensor:
     letters = out + "".join(dict.fromkeys(c for c in joined if c not in out))
     for k, (t, n) in enumerate(zip(ts, names)):
       if len(n) != t.ndim: raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape}")
-      while (c := next((c for c in n if n.count(c) > 1), None)) is not None:  # a letter twice: the diagonal ("ii")
-        i, j = n.index(c), n.index(c, n.index(c) + 1)
-        ts[k], n = ts[k].diagonal(0, i, j), n[:i] + n[i+1:j] + n[j+1:] + c  # diagonal() puts the dim last
+      for c in dict.fromkeys(n):
+        while n.count(c) > 1:  # a letter twice: the diagonal ("ii")
+          i, j = n.index(c), n.index(c, n.index(c) + 1)
+          ts[k] = ts[k].diagonal(0, i, j)
+          n = n[:i] + n[i+1:j] + n[j+1:] + c  # diagonal() puts the dim last
       names[k] = n
     # each operand permuted into the order of the letters, with a 1 for each letter it lacks
     laid = [t.permute(*sorted(range(t.ndim), key=lambda i: letters.index(n[i])))
@@ -2357,9 +2412,10 @@ class Tensor:
     written = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # the view of the buffer written
     Tensor._realize_readers({written.src[0]}, self, x)
     value = x.uop
-    self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))  # (an equal write done before is this node)
-    # x's graph reads the buffer being written: x becomes a copy of its value now (made only if x is read), unless x
-    # is a buffer itself (its own assign, or a whole buffer)
+    # (the same write, built and done before, is this very node: hash-consing. It is to be done again, not found done)
+    self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
+    # x's graph reads the buffer being written: the tensor x, changed in place, becomes a copy of its value now (made
+    # only if x is read), unless x is a buffer itself (its own assign, or a whole buffer)
     if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and written.src[0] in value.buffers:
       x.uop = self.clone().uop
     return self
@@ -2367,16 +2423,17 @@ class Tensor:
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     - one whose graph reads such a buffer: realized now (a view of one: copied first);
-    - one that is such a buffer, whole: left as it is, it holds what is written; unless it is the very node of a
-      skipped tensor (two LayerNorms' ones(n), one graph realized once): then copied, so that each holds its own."""
+    - one that is such a buffer, whole: left as it is, it holds what is written; unless its node is a skipped
+      tensor's too (two LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then
+      copied, so that each holds its own.
+    The same walk drops the dead references from Tensor._live."""
     live, readers, skipped = {}, [], {id(s) for s in skip}
-    twins = {s.uop for s in skip}
+    skipped_nodes = {s.uop for s in skip}
     for k, ref in Tensor._live.items():  # (in the order made, so that a step's plan is found again on the next)
       if (t := ref()) is None: continue
-      live[k] = ref  # (the ones alive, kept)
+      live[k] = ref
       if k in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      # a whole view of a written buffer holds what is written (no realize), unless it is the writer's node (twins)
-      holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in twins
+      holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in skipped_nodes
       if not holds: readers.append(t)
     Tensor._live = live
     for t in readers:
@@ -2425,13 +2482,16 @@ class Tensor:
 for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():  # (f bound now: a default)
   setattr(Tensor, f"__r{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): f(self._const(x), self))
   setattr(Tensor, f"__i{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): self.assign(f(self, x)))
+del _op
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Gradients: a table of derivative rules, one per primitive, and one walk that applies them from the loss back. Each
-# rule takes the gradient of a node's output (g), the output (y) and its sources, as tensors, and gives one gradient a
-# source (None: none flows there). Gradients are lazy graphs like any other: scheduled, fused, with the forward pass.
+# rule takes the gradient of a node's output (g), the output (y) and its sources, as tensors, and returns a gradient
+# for each source (None: none flows there). Gradients are lazy graphs like any other: scheduled, fused, with the
+# forward pass.
 
-def _larger(g:Tensor, a:Tensor, b:Tensor) -> Tensor: return (a > b).where(g, (a == b).where(g * 0.5, 0))
+def _max_share(g:Tensor, a:Tensor, b:Tensor) -> Tensor:  # a's share of max(a, b)'s g: all where larger, half at a tie
+  return (a > b).where(g, (a == b).where(g * 0.5, 0))
 
 derivatives: dict[Ops, Callable] = {
   Ops.ADD: lambda g, y, a, b: (g, g),                                   # (a + b)' = a' + b'
@@ -2442,7 +2502,7 @@ derivatives: dict[Ops, Callable] = {
   Ops.EXP2: lambda g, y, x: (g * y * math.log(2),),                     # (2^x)' = 2^x ln 2
   Ops.LOG2: lambda g, y, x: (g / (x * math.log(2)),),                   # (log2 x)' = 1 / (x ln 2)
   Ops.SIN: lambda g, y, x: (g * x.cos(),),                              # sin' = cos
-  Ops.MAX: lambda g, y, a, b: (_larger(g, a, b), _larger(g, b, a)),     # to the larger; at a tie, half to each
+  Ops.MAX: lambda g, y, a, b: (_max_share(g, a, b), _max_share(g, b, a)),     # to the larger; at a tie, half to each
   Ops.MOD: lambda g, y, a, b: (g, -g * a.div(b, rounding_mode="trunc")),  # fmod: a - trunc(a/b) b (torch's)
   Ops.WHERE: lambda g, y, c, a, b: (None, c.where(g, 0), c.where(0, g)),  # to the branch taken
   Ops.CAST: lambda g, y, x: (g.cast(x.dtype),),
@@ -2494,10 +2554,15 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if st.move is None and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
   return (UOp(Ops.VIEW, u.dtype, u.src, st),)
 
+# Two walks below follow different sources. The gradient walk (_grad_sources) follows where a gradient flows: a view to
+# the view before its last move, a realized result to what it was computed from. The walk that asks whether a graph
+# reads a trainable tensor at all (_read_sources, for realize) follows everything a node reads: its sources, what it was
+# computed from, and the views its moves went through that still live (a trainable tensor's node may be one of them).
+#
 # The nodes of tensors set to require grad. A view of a buffer is kept as its BUFFER: the walk back makes such views
 # anew, but every graph that reads one holds the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
-def _held_in(u:UOp) -> UOp:  # the BUFFER a view of one or an assign into one holds (a realized assign: a view of it)
+def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into a view of one, holds
   if u.op is Ops.ASSIGN: u = u.src[0]
   return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
 def on_grad_paths(roots:list[UOp]) -> set[UOp]:
@@ -2538,18 +2603,18 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
   from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
   order = _grad_order(root.uop)
-  leads = set(targets)  # the nodes some target is reached through
+  on_path = set(targets)  # the nodes some target is reached through (the targets too)
   for u, sources in order.items():
-    if any(s in leads for s in sources): leads.add(u)
+    if any(s in on_path for s in sources): on_path.add(u)
   grads, stops = {root.uop: seed}, set()
   tensor = functools.partial(Tensor._of, device=root.device)
   for u, sources in reversed(order.items()):
-    if (g := grads.get(u)) is None or not any(s in leads for s in sources): continue
+    if (g := grads.get(u)) is None or not any(s in on_path for s in sources): continue
     if computed_from(u) is not None: partials = (g,)  # a realized result: the values it was computed as
     elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
     else: partials = rule(g, tensor(u), *map(tensor, sources))
     for s, d in zip(sources, partials):
-      if s not in leads or d is None: continue  # (d None: a where's condition, whose gradient is 0)
+      if s not in on_path or d is None: continue  # (d None: a where's condition, whose gradient is 0)
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
       else: grads[s] = grads[s] + d if s in grads else d
   return {t: grads[t] for t in targets if t in grads}, stops
@@ -2604,7 +2669,8 @@ class Adam(Optimizer):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
     self.m, self.v = self._zeros(), self._zeros()
-    self.b1_t, self.b2_t = [Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2)]  # b1**step, b2**step
+    # b1**step and b2**step, each in a buffer to assign into ([1.0]: Tensor(1.0) would be a constant, no buffer)
+    self.b1_t, self.b2_t = [Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2)]
     self.state = self.m + self.v + [self.b1_t, self.b2_t]
   def schedule_step(self) -> list[Tensor]:
     self.b1_t.assign(self.b1_t * self.b1)
@@ -2757,7 +2823,8 @@ def get_state_dict(obj, prefix:str="") -> dict[str, Tensor]:
   if isinstance(obj, Tensor): return {prefix.strip("."): obj}
   if hasattr(obj, "_asdict"): obj = obj._asdict()  # a named tuple
   elif hasattr(obj, "__dict__") and not isinstance(obj, type): obj = obj.__dict__
-  items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+  if isinstance(obj, dict): items = obj.items()
+  else: items = enumerate(obj) if isinstance(obj, (list, tuple)) else ()
   return {k: v for key, item in items for k, v in get_state_dict(item, f"{prefix}{key}.").items()}
 
 def get_parameters(obj) -> list[Tensor]: return list(get_state_dict(obj).values())
@@ -2794,7 +2861,8 @@ def safe_save(tensors:dict[str, Tensor], path, metadata:dict[str, str]|None=None
 def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
   """The tensors of a safetensors file. A file that doesn't hold what its header says raises a ValueError naming why."""
   with open(path, "rb") as f: raw = f.read()
-  if len(raw) < 8 or (size := struct.unpack("<Q", raw[:8])[0]) > len(raw) - 8:
+  if len(raw) < 8: raise ValueError(f"{path}: not a safetensors file: too short to hold its header length")
+  if (size := struct.unpack("<Q", raw[:8])[0]) > len(raw) - 8:
     raise ValueError(f"{path}: not a safetensors file: its header length is past the end of the file")
   try: header = json.loads(raw[8:8 + size])
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -2810,9 +2878,9 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
     try:
       dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
       start, end = info["data_offsets"]
-      if not isinstance(start, int) or not isinstance(end, int): raise TypeError  # (handled below: one message)
-    except (TypeError, ValueError, ShapeError):
-      raise ValueError(f"{path}: {name!r} has shape {info['shape']!r}, offsets {info['data_offsets']!r}") from None
+    except (TypeError, ValueError, ShapeError): start = end = None
+    if not isinstance(start, int) or not isinstance(end, int):
+      raise ValueError(f"{path}: {name!r} has shape {info['shape']!r}, offsets {info['data_offsets']!r}")
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
       raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
     out[name] = Tensor.empty(*shape, dtype=dtype, device=device)
@@ -2829,9 +2897,10 @@ nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=
                            BatchNorm2d=BatchNorm, BatchNorm3d=BatchNorm, Embedding=Embedding)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it
-# is requested, forced by contiguous(), or holds a reduce that would otherwise be recomputed; everything else fuses
-# into its consumer. Each kernel's AST is a SINK of STOREs over PARAMs.
+# Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it is
+# asked for (realized, contiguous(), an assign), or computing it again in each reader would cost more than storing it
+# (a reduce read by several, a costly value read through a broadcast: kernel_outputs lists the rules); everything else
+# fuses into its readers. Each kernel's AST is a SINK of STOREs over PARAMs.
 
 @dataclass
 class Kernel:
@@ -2859,7 +2928,7 @@ class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer i
   index: int
   size: int
 
-class Node(NamedTuple):  # a row of a structure: a node computed from earlier rows
+class Computed(NamedTuple):  # a row of a structure: a node computed from earlier rows
   op: Ops
   dtype: DType
   arg: Any  # as a key: -0.0, 0.0 and nan apart
@@ -2873,7 +2942,7 @@ class Read(NamedTuple):  # a row of a structure: a view of one of the graph's bu
 
 class Structure(NamedTuple):  # what a plan is made for, and found by
   device: str
-  rows: tuple[Node|Read, ...]
+  rows: tuple[Computed|Read, ...]
   roots: tuple[int, ...]
 
 def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], list[UOp]]:
@@ -2888,7 +2957,7 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
     if u in row_of: continue
     if ready:
       arg = u.arg.bare if u.op is Ops.VIEW else u.arg  # (a view's arg without the moves that made it)
-      rows.append(Node(u.op, u.dtype, arg_key(arg), tuple(map(row_of.__getitem__, u.src))))
+      rows.append(Computed(u.op, u.dtype, arg_key(arg), tuple(map(row_of.__getitem__, u.src))))
     else:
       view = u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)
       if view is None:  # computed: its sources first
@@ -2939,15 +3008,15 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
     became[u] = pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS else new
     return became[u]
   split = rebuild(sink, split_and_pack)
-  realize, has_reduce = kernel_outputs(split)
-  reads = kernel_inputs(split, realize)
+  why, has_reduce = kernel_outputs(split)  # the nodes stored, each with why
+  reads = kernel_inputs(split, why)
   first_new = len({r.slot for r in key.rows if isinstance(r, Read)})  # (the graph's own buffers come first)
   stored = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
   views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_new + i, prod(u.shape))),),
                   ShapeTracker.contiguous(u.shape)) for i, u in enumerate(stored)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
   row_of = {became[u]: i for i, u in enumerate(graph)}  # (split and packed) node -> its row
-  items = [_kernel(g, views, realize, row_of) for g in group_outputs(reads, has_reduce)]
+  items = [_kernel(g, views, why, row_of) for g in group_outputs(reads, has_reduce)]
   stored_at = {r: view for item in items for r, view in item.stores.items()}  # row -> the slot view that holds it
   return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in stored],
               roots=[stored_at.get(r) for r in key.roots],
@@ -2957,7 +3026,7 @@ def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each 
   graph: list[UOp] = []
   for r, u in zip(key.rows, nodes):
     if u.op is Ops.POW: graph.append(graph[r.srcs[-1]])  # its value: kernels compute that
-    elif isinstance(r, Node):
+    elif isinstance(r, Computed):
       graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
     else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
   return graph
@@ -3034,9 +3103,8 @@ def pack(r:UOp, device:str) -> UOp:
   is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
   target = Device.target(device)
   x = r.src[0]
-  matmul = r.op is Ops.REDUCE_AXIS and r.arg.op is Ops.ADD and x.op is Ops.MUL and len(x.shape) >= 3 and \
-    tuple(r.arg.axes) == (len(x.shape) - 1,)  # a sum of products over the last axis
-  if target.gpu or not matmul: return r
+  sum_of_products = r.op is Ops.REDUCE_AXIS and r.arg.op is Ops.ADD and x.op is Ops.MUL
+  if target.gpu or not sum_of_products or len(x.shape) < 3 or tuple(r.arg.axes) != (len(x.shape) - 1,): return r
   tile = 4 * target.width
   def packed(b:UOp) -> UOp:
     if b.op is not Ops.VIEW or b.src[0].op not in (Ops.BUFFER, Ops.CONTIGUOUS) or len(b.arg.views) != 1: return b
@@ -3054,7 +3122,7 @@ def pack(r:UOp, device:str) -> UOp:
   srcs = tuple(packed(b) for b in r.src[0].src)
   return r if srcs == r.src[0].src else r.replace(src=(r.src[0].replace(src=srcs),))
 
-# What one element of an op costs, in about one instruction: transcendentals and divisions are dear, other ALU ops 1,
+# What one element of an op costs, in about one instruction: transcendentals and divisions are costly, other ALU ops 1,
 # views and loads nothing. Writing an element and reading it back costs STORE_COST: memory moves a float in about the
 # time the cores do 30 operations on it.
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
@@ -3062,10 +3130,10 @@ STORE_COST = 32
 LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores do about this many operations
 
 class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the sources it fuses (those not stored)
-  reduce: bool          # a reduce is among them
-  pending: tuple|None   # a reduce not broadcast back yet: the shape of its rows, or NOT_ROWS (see _pending)
-  cost: int             # of one element
-  rows: frozenset       # the row reduces kept in its kernel
+  reduce: bool            # a reduce is among them
+  pending: tuple|str|None  # a reduce not broadcast back yet: the shape of its rows, or NOT_ROWS (see _pending)
+  cost: int               # of one element
+  row_reduces: frozenset  # the row reduces kept in its kernel
 
 def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: "output", "contiguous", "assign" (asked for); "reduce": a reduce that
@@ -3083,10 +3151,10 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
   for u in order:
     for s in dict.fromkeys(u.src): consumers[s].append(u)  # s*s reads s once
-  stored: dict[UOp, str] = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
-  stored |= {u: "assign" for u in order if u.op is Ops.ASSIGN}
-  stored |= {u.src[1]: "assigned from its own buffer moved" for u in order if u.op is Ops.ASSIGN and _reads_moved(u)}
-  stored |= {u: "output" for u in sink.src if not _whole_buffer(u)}
+  asked: dict[UOp, str] = {u: "contiguous" for u in order if u.op is Ops.CONTIGUOUS}
+  asked |= {u: "assign" for u in order if u.op is Ops.ASSIGN}
+  asked |= {u.src[1]: "assigned from its own buffer moved" for u in order if u.op is Ops.ASSIGN and _reads_moved(u)}
+  asked |= {u: "output" for u in sink.src if not _whole_buffer(u)}
   # aranges and what is computed from them alone, which lowering folds into index math (free), and an element
   # compared with an arange (summed, that is a pick: see picked)
   index_math: set[UOp] = set()
@@ -3095,32 +3163,33 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
     compared = u.op is Ops.CMPEQ and any(s in index_math for s in u.src)
     if u.op in (Ops.IOTA, Ops.CONST) or from_aranges or compared: index_math.add(u)
   while True:
-    realize, fused, again = dict(stored), {}, {}
+    stored, fused, store_next = dict(asked), {}, {}
     for u in order:
-      srcs = [fused[s] for s in u.src if s not in realize]
+      srcs = [fused[s] for s in u.src if s not in stored]
       own = alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in index_math else 0  # (index math is free)
-      f = fused[u] = Fused(u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
-                           _pending(u, [s.pending for s in srcs]), own + sum(s.cost for s in srcs),
-                           frozenset().union(*[s.rows for s in srcs]))
+      f = fused[u] = Fused(reduce=u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
+                           pending=_pending(u, [s.pending for s in srcs]), cost=own + sum(s.cost for s in srcs),
+                           row_reduces=frozenset().union(*[s.row_reduces for s in srcs]))
       if u.op is Ops.REDUCE_AXIS:  # a row reduce fused under a reduce over other axes: stored, and the walk runs again
-        again |= {k: "reduce" for k in f.rows if _reduce_space(k) != _reduce_space(u)}
-      if u in realize or u.op is Ops.SINK: continue
-      readers = _readers(u, consumers, stored, place)
-      rows = None if f.pending == NOT_ROWS else f.pending  # a pending row reduce's row shape, else None
-      broadcast_back = rows is not None and all(_own_rows(c, rows) for c in consumers[u])  # over its own rows
-      again_cost = prod(rows or ()) * f.cost * (len(readers) - 1)  # reducing the rows again in each other reader
-      cheap_again = rows is not None and all(c.op in GroupOp.Elementwise for c in readers) and again_cost < LAUNCH_COST
+        store_next |= {k: "reduce" for k in f.row_reduces if _reduce_space(k) != _reduce_space(u)}
+      if u in stored or u.op is Ops.SINK: continue
+      readers = _readers(u, consumers, asked, place)
+      row_shape = None if f.pending == NOT_ROWS else f.pending  # a pending row reduce's rows, else None
+      broadcast_back = row_shape is not None and all(_own_rows(c, row_shape) for c in consumers[u])  # over its own rows
+      again_cost = prod(row_shape or ()) * f.cost * (len(readers) - 1)  # reducing the rows again in each other reader
+      cheap_again = row_shape is not None and again_cost < LAUNCH_COST and \
+        all(c.op in GroupOp.Elementwise for c in readers)
       if broadcast_back or cheap_again:
-        if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(rows=f.rows | {u})
+        if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(row_reduces=f.row_reduces | {u})
         continue
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg))
                                        for c in readers)  # read by several, reduced again, or broadcast
-      if f.pending is not None and spread: realize[u] = "reduce"  # (any reduce pending, over rows or not)
-      elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: realize[u] = "dear"
-    if not again: return realize, {u: f.reduce for u, f in fused.items()}
-    stored |= again
+      if f.pending is not None and spread: stored[u] = "reduce"  # (any reduce pending, over rows or not)
+      elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: stored[u] = "dear"
+    if not store_next: return stored, {u: f.reduce for u, f in fused.items()}
+    asked |= store_next
 
-def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str], place:dict[UOp, int]) -> list[UOp]:
+def _readers(u:UOp, consumers:dict[UOp, list[UOp]], asked:dict[UOp, str], place:dict[UOp, int]) -> list[UOp]:
   """u's consumers; or where all their paths through elementwise ops (not stored) meet in one op, that op alone: one
   kernel computes u once for all of them (relu reads x twice: (x > 0).where(x, 0); (x > 1).where(f(x), g(x)) three
   times). The paths' heads move on, the earliest first, until one is left."""
@@ -3128,7 +3197,7 @@ def _readers(u:UOp, consumers:dict[UOp, list[UOp]], stored:dict[UOp, str], place
   for _ in range(256):  # (a short walk: paths that meet further on count as apart)
     if len(heads) == 1: return list(heads)
     first = min(heads, key=place.__getitem__)
-    if first in stored or first.op not in GroupOp.Elementwise or not consumers[first]: break
+    if first in asked or first.op not in GroupOp.Elementwise or not consumers[first]: break
     heads = (heads - {first}) | set(consumers[first])
   return consumers[u]
 
@@ -3151,11 +3220,11 @@ def _reads_moved(a:UOp) -> bool:
 def _reduce_space(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
   return r.src[0].shape, tuple(sorted(r.arg.axes))
 
-NOT_ROWS = ()  # a pending reduce that isn't one row reduce (several, or not over the last axes)
+NOT_ROWS = "not rows"  # a pending reduce that isn't one row reduce (several, or not over the last axes)
 
-def _pending(u:UOp, srcs:list[tuple|None]) -> tuple|None:
+def _pending(u:UOp, srcs:list[tuple|str|None]) -> tuple|str|None:
   """The reduce pending at u, not broadcast back yet (Fused.pending): None, the shape of its rows, or NOT_ROWS."""
-  if u.op is Ops.VIEW and srcs and srcs[0] and _own_rows(u, srcs[0]): return None  # broadcast back: done
+  if u.op is Ops.VIEW and srcs and srcs[0] not in (None, NOT_ROWS) and _own_rows(u, srcs[0]): return None  # done
   if u.op is Ops.REDUCE_AXIS:
     axes, shape = sorted(u.arg.axes), u.src[0].shape
     over_last = axes == list(range(len(shape) - len(axes), len(shape)))
@@ -3171,17 +3240,17 @@ def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.
 def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
   return max(1, prod(c.shape) // max(1, prod(u.shape))) if c.op is Ops.VIEW and _expands(c.arg) else 1
 
-def kernel_inputs(sink:UOp, realize:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]]:
+def kernel_inputs(sink:UOp, stored:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]]:
   """For each stored node, in the order they are made, the stored nodes and the buffers its kernel reads, each with
   whether it reads them only element by element, where they are written (see _in_place)."""
   reads: dict[UOp, dict[UOp, bool]] = {}
-  for r in (u for u in sink.toposort if u in realize):
+  for r in (u for u in sink.toposort if u in stored):
     reads[r], stack, seen = {}, [(s, _in_place(r)) for s in r.src], set()
     while stack:
       u, aligned = stack.pop()
       if (u, aligned) in seen: continue
       seen.add((u, aligned))
-      if u in realize or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
+      if u in stored or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
       else: stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return reads
 
@@ -3192,22 +3261,21 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
   """Outputs of one iteration space with no reduce share one kernel (a+b+c and a+b+d: one kernel, two stores). One
   that reads another only where it is written computes it in the kernel that stores it, from the same loads (an Adam
   step's m, v and the parameter they update: one kernel). The list is the order the kernels run in: each after every
-  kernel whose outputs it reads, so a group joined moves after what its new output reads, where nothing between
-  reads the group."""
+  kernel whose outputs it reads. So an output that joins a group may move the group later: with groups [A], [B] and
+  an output r that reads B and fits with A, A moves past B ([B], [A, r]), which is allowed only if B doesn't read A."""
   groups: list[list[UOp]] = []
   for r, read in reads.items():
     reads_from = [i for i, g in enumerate(groups) if any(d in read for d in g)]  # the groups whose outputs r reads
     last_read = max(reads_from, default=-1)  # r's kernel runs after this group's
     def fits(i:int) -> bool:
       g = groups[i] + [r]
-      if any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g): return False  # one space
-      assigned = [o.src[0].src[0] for o in g if o.op is Ops.ASSIGN]
-      written = set(assigned)
-      if len(written) != len(assigned): return False  # a second write isn't kept after the loads of the first's value
-      if not all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written):
-        return False  # what it reads of what it writes, read only where it is written
-      between = [p for q in groups[i + 1:last_read + 1] for p in q]  # the kernels group i would move past
-      return not any(o in reads[p] for p in between for o in g)  # none of them reads what the group writes
+      one_space = not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g)
+      written = [_held_in(o) for o in g if o.op is Ops.ASSIGN]
+      one_write_each = len(set(written)) == len(written)  # (a second write would land after the first one's loads)
+      in_place = all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written)
+      moved_past = [p for q in groups[i + 1:last_read + 1] for p in q]  # the kernels group i would move past
+      unread = not any(o in reads[p] for p in moved_past for o in g)  # none of them reads what the group writes
+      return one_space and one_write_each and in_place and unread
     alone = has_reduce[r] or r.op is Ops.CONTIGUOUS
     tries = [] if alone else reads_from + list(range(len(groups)))  # the groups it reads first, then any
     i = next((j for j in tries if fits(j)), None)
@@ -3251,7 +3319,7 @@ def to_ast(root:UOp, ctx:KernelContext) -> UOp:
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
     elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # an input's view
       ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
-    elif todo := [s for s in u.src if s not in ctx.memo]: stack.extend(todo)  # its sources first
+    elif any(s not in ctx.memo for s in u.src): stack.extend(s for s in u.src if s not in ctx.memo)  # sources first
     elif u.op is Ops.ASSIGN: ctx.memo[u] = ctx.memo[u.src[1]]  # its value, stored into the buffer it writes
     else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
   return ctx.memo[root]
@@ -3612,7 +3680,7 @@ transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _l
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 3: row programs. A kernel whose reduces run over a row (a softmax: the row's max, its sum, then its
 # outputs) computes them once a row: on a GPU, a block per row whose threads share each reduce (row_loops); on a CPU,
-# a loop per row, with a dear value stored once and read back (reread).
+# a loop per row, with a costly value stored once and read back (reread).
 
 def row_loops(sink:UOp) -> UOp:
   """A row program on a GPU runs a block per row: the row's columns (the output ranges no reduce in the kernel varies
@@ -3624,52 +3692,61 @@ def row_loops(sink:UOp) -> UOp:
   return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
 
 def reread(sink:UOp, target:Target) -> UOp:
-  """A row program computes a dear value twice: once in a reduce's loop, again for the row's outputs (a softmax row's
-  exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it into
-  the output, and the outputs read it back from there, in cache: a load for the 35 operations of an exp2 (see
-  approximations). An output big enough to go past the cache (see stream) keeps the values in a row of its own on the
-  stack instead, where the row fits in ROW_BYTES, so the output is written once and never read: a softmax of 4096x1024
-  moves 32 MB, not 48. (A cached output gains nothing from the row: its stores would only move there.) The same loop
-  fetches the next row's inputs as it goes (PREFETCH): a row of 4 KB starts on a page, where the hardware's prefetcher
-  stops, and the loop's operations hide the fetch. Together 1.15x from memory, 1.4x from a warm cache.
-  Only on CPUs (a GPU computes exp2 in one instruction, and its threads would read each other's columns), and only
-  where rows are the outer ranges (threads then split the rows, each owning its rows' columns: see thread_opts), where
-  the reduce's accumulator lives in every row loop of the output (so the store has all of them open), the output store
-  is ungated, and the kernel reads nothing else from that buffer; to_accumulators puts the store in the reduce's loop,
-  and the load after the loop."""
+  """A row program computes a costly value twice: once in a reduce's loop, again for the row's outputs (a softmax
+  row's exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it
+  into the output, and the outputs read it back from there, in cache: a load for the 35 operations of an exp2 (see
+  approximations). Two more gains come with it (_reread, together 1.15x from memory, 1.4x from a warm cache):
+  - an output big enough to go past the cache (see stream) keeps the values in a row of its own on the stack instead,
+    where the row fits in ROW_BYTES, so the output is written once and never read: a softmax of 4096x1024 moves 32 MB,
+    not 48 (a cached output gains nothing from the row: its stores would only move there);
+  - the same loop fetches the next row's inputs as it goes (PREFETCH): a row of 4 KB starts on a page, where the
+    hardware's prefetcher stops, and the loop's operations hide the fetch.
+  It applies only
+  - on CPUs: a GPU computes exp2 in one instruction, and its threads would read each other's columns;
+  - where rows are the outer ranges: threads then split the rows, each owning its rows' columns (see thread_opts);
+  - to a reduce over the row's columns, computed once a row (its accumulator lives in every row loop of the output,
+    so the store has all of them open);
+  - to an output store that is ungated, of a buffer the kernel reads nothing else from.
+  to_accumulators puts the store in the reduce's loop, and the load after the loop."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
   # (rows outer: the first output range is no column; columns inner: the last len(cols) ranges)
   if not cols or glob[0] in cols or glob[-len(cols):] != cols or _nested(sink): return sink
-  rows, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
+  row_ranges, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
   early, late = [], []
   for st in sink.src:
     for u in reduces:
       shared = dict(zip(u.src[1:], cols))  # the reduce's loop over the row's columns, in order
       over_columns = len(u.src) - 1 == len(cols) and all(r.size == c.size for r, c in shared.items())
-      if not over_columns or not rows <= free[u]: continue  # (and computed once a row)
+      if not over_columns or not row_ranges <= free[u]: continue  # (and computed once a row)
       value = substitute(u.src[0], shared)
-      if value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST and \
-         st.gate is None and st.buf not in loaded:
-        buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
-        if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
-          buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))
-          addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
-        in_loop = substitute(addr, {c: r for r, c in shared.items()})  # the address, the reduce's loop for the columns
-        early.append(UOp(Ops.STORE, None, (buf, in_loop, u.src[0])))
-        row = max(rows, key=lambda r: r.arg.id)  # the innermost
-        own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
-        ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
-        def moves_with_row(x:UOp) -> bool:  # a load of this reduce's loop whose address moves with the row
-          return x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and \
-            not own.isdisjoint(x.addr.toposort)
-        early += [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead})))
-                  for x in u.src[0].toposort if moves_with_row(x)]
-        st = st.replace(src=(st.buf, st.addr, substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, (buf, addr))})))
+      costly = value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST
+      if costly and st.gate is None and st.buf not in loaded:
+        stores, st = _reread(st, u, value, shared, row_ranges, target)
+        early += stores
         break
     late.append(st)
   return sink.replace(src=tuple(early + late))
+
+def _reread(st:UOp, u:UOp, value:UOp, shared:dict[UOp, UOp], row_ranges:set[UOp], target:Target) -> tuple[list, UOp]:
+  """What reread adds to reduce u's loop (the store of value, the next row's prefetches), and output store st, now
+  reading value back."""
+  cols = list(shared.values())
+  buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
+  if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
+    buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))  # (named by its loop)
+    addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
+  in_loop = substitute(addr, {c: r for r, c in shared.items()})  # the address, the reduce's loop for the columns
+  row = max(row_ranges, key=lambda r: r.arg.id)  # the innermost
+  own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
+  ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
+  def moves_with_row(x:UOp) -> bool:  # a load of this reduce's loop whose address moves with the row
+    return x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and not own.isdisjoint(x.addr.toposort)
+  fetches = [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
+             if moves_with_row(x)]
+  read_back = substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, (buf, addr))})
+  return [UOp(Ops.STORE, None, (buf, in_loop, u.src[0])), *fetches], st.replace(src=(st.buf, st.addr, read_back))
 
 REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
 
@@ -3715,7 +3792,8 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   # the outer part keeps the range's id, and so its place among the loops: rows stay outside columns
   outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, cdiv(n, opt.amount)),), opt.axis.arg)
   inner = new_range(opt.amount, opt.kind)
-  # a CPU thread takes one contiguous chunk; every other split puts its new range innermost
+  # a CPU thread takes one contiguous chunk; every other split puts its new range innermost (a GLOBAL opt of a whole
+  # range, tile_order's, makes it a new output loop inside the others)
   expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
   sink = substitute(sink, {opt.axis: expr})
   # a reduce over the split range runs over both of its parts (ranges() of outer*amount + inner: outer, then inner)
@@ -3733,13 +3811,13 @@ def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms wit
 
 def guard(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
   """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
-  def add(_, u:UOp) -> UOp:
-    if u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM and any(r in rs for r in u.addr.toposort) \
-       and not spare(u): return u.gated(valid)
+  def guarded(_, u:UOp) -> UOp:
+    memory = u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM
+    if memory and any(r in rs for r in u.addr.toposort) and not spare(u): return u.gated(valid)
     if u.op is Ops.REDUCE and any(r in rs for r in u.src[1:]):
       return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
     return u
-  return rebuild(sink, add)
+  return rebuild(sink, guarded)
 
 def heuristic(sink:UOp, target:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
@@ -3752,7 +3830,8 @@ def unrolled_compares(sink:UOp) -> list[Opt]:
   them: unroll them whole (outputs upcast, reduces unrolled) and every such compare folds away (a 1M cumsum's blocks:
   3.7x faster). At most 256 copies of the kernel's body."""
   pure = [ranges(u) for u in sink.toposort if u.op in GroupOp.Compare and not any(x.op is Ops.LOAD for x in u.toposort)]
-  small = {r for rs in pure if len(rs) > 1 and all(r.size <= 16 for r in rs) for r in rs}
+  small_sets = [rs for rs in pure if len(rs) > 1 and all(r.size <= 16 for r in rs)]
+  small = {r for rs in small_sets for r in rs}
   if not small or prod(r.size for r in small) > 256: return []
   return [Opt(AxisType.UNROLL if r.kind is AxisType.REDUCE else AxisType.UPCAST, r, r.size)
           for r in sorted(small, key=lambda r: r.arg.id)]
@@ -3819,16 +3898,17 @@ def tensor_core_opts(sink:UOp, target:Target) -> list[Opt]:
   return []
 
 def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
-  """The reduce as one warp a tile of m x n outputs: each step of k // 16 loads each lane's elements of A's and B's
-  tiles into vectors, multiplies them on the tensor cores, and adds each of the lane's elements of the product to its
-  own accumulator; the store then runs once for each of them, where the layout puts it."""
+  """The reduce, run by one warp for each tile of m x n outputs (core.dims). Each step along k, a tile of k at a time,
+  loads each lane's elements of A's and B's tiles into vectors, multiplies them on the tensor cores, and adds each of
+  the lane's elements of the product to its own accumulator; the store then runs once for each of them, where the
+  layout puts it."""
   fit, lane, (m_size, n_size, k_size) = tensor_core_fit(sink, core), new_range(32, AxisType.LOCAL), core.dims
   m_tiles, n_tiles, k_tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
                                for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place)
   # along each of m, n and k: its range, the range of its tiles, and a tile's size
   along_m, along_n, along_k = (fit.m, m_tiles, m_size), (fit.n, n_tiles, n_size), (fit.k, k_tiles, k_size)
-  def fragment(x:UOp, rows:tuple, cols:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
-    (r, r_tile, r_size), (c, c_tile, c_size) = rows, cols
+  def fragment(x:UOp, down:tuple, across:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
+    (r, r_tile, r_size), (c, c_tile, c_size) = down, across
     def element(i:int, j:int) -> UOp: return substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
     return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(element(*at(lane, e)) for e in range(count)))
   zero = UOp(Ops.VECTORIZE, dtypes.float.vec(core.elements[2]), (UOp.const(dtypes.float, 0.0),) * core.elements[2])
@@ -3882,18 +3962,19 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     for r in reversed(glob):
       # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
       # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
-      four_vectors = not target.gpu and r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r) and \
-        _side_by_side(sink, r)
+      whole_vectors = r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r)
+      four_vectors = not target.gpu and whole_vectors and _side_by_side(sink, r)
       n = 4 * w if four_vectors else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
       # (a register tile: upcasts of at most two dims)
-      if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and (not target.gpu or launched >= 2**16) and \
-         _may_be_lanes(sink, r):
+      enough_threads = not target.gpu or launched >= 2**16
+      if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and enough_threads and _may_be_lanes(sink, r):
         opts.append(Opt(AxisType.UPCAST, r, n))
   tile = bool(red and opts)  # (the upcasts made with a reduce are a tile's)
-  if red and not tile and glob and _unit_stride(sink, glob[-1]) and \
-     not any(glob[-1] in u.src[0].toposort for u in reduces):  # a row's outputs, after its reduces: vectors
+  # a row's outputs, after its reduces: vectors
+  row_outputs = bool(red and glob) and not any(glob[-1] in u.src[0].toposort for u in reduces)
+  if row_outputs and not tile and _unit_stride(sink, glob[-1]):
     if amount := _filled(glob[-1].size, target): opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
   # in flight side by side, not one by one
@@ -3910,7 +3991,9 @@ def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an in
   return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
              any(x.op is Ops.LOAD and x.buf.op is Ops.PARAM and r not in x.addr.toposort for x in u.src[0].toposort)
              for u in sink.toposort)
-def _may_be_lanes(sink:UOp, r:UOp) -> bool:  # not the rows of a row kept on the stack: it holds one row at a time
+# False for a range that reread's row on the stack (a DEFINE_LOCAL) doesn't vary with: the stack holds one row, one
+# value a column, so the rows can't be lanes
+def _may_be_lanes(sink:UOp, r:UOp) -> bool:
   return not any(u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_LOCAL and r not in u.addr.toposort for u in sink.toposort)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
@@ -3941,10 +4024,12 @@ def tile_order(sink:UOp, target:Target) -> list[Opt]:
   a 2 MB L2, 256 times. (A GLOBAL split of a whole range makes it a new output loop, inside the others.)"""
   glob = ranges(sink, AxisType.GLOBAL)
   if len(glob) < 2 or glob[-1].size == 1: return []
+  loads = [x for u in sink.toposort if u.op is Ops.REDUCE for x in u.src[0].toposort
+           if x.op is Ops.LOAD and x.buf.op is Ops.PARAM]  # what the reduces read
   def lanes(r:UOp) -> int:  # the most lanes of one load a reduce reads that doesn't move along r
-    return max((prod(x.size for x in ld.addr.toposort if x.op is Ops.RANGE and x.kind is AxisType.UPCAST)
-                for u in sink.toposort if u.op is Ops.REDUCE for ld in u.src[0].toposort
-                if ld.op is Ops.LOAD and ld.buf.op is Ops.PARAM and r not in ld.addr.toposort), default=0)
+    upcast = [prod(x.size for x in ld.addr.toposort if x.op is Ops.RANGE and x.kind is AxisType.UPCAST)
+              for ld in loads if r not in ld.addr.toposort]
+    return max(upcast, default=0)
   rows, cols = glob[-2:]
   return [Opt(AxisType.GLOBAL, rows, rows.size)] if lanes(rows) > lanes(cols) > 0 else []
 
@@ -3963,7 +4048,8 @@ def thread_opts(sink:UOp, target:Target) -> list[Opt]:
   # the outermost loop that every reduce moves along, so no thread computes a reduce another does too (a row's
   # columns never: each thread would compute the row's reduces), else the outermost; in whole chunks: a tail would
   # gate every load of the loop
-  for r in [r for r in glob if all(r in free[u] for u in reduces)] or glob[:1]:
+  candidates = [r for r in glob if all(r in free[u] for u in reduces)] or glob[:1]
+  for r in candidates:
     if chunks := next((t for t in range(min(target.cores, r.size), 1, -1) if r.size % t == 0), None):
       return [Opt(AxisType.THREAD, r, chunks)]
   return []
@@ -4036,8 +4122,8 @@ def to_lanes(sink:UOp, target:Target) -> UOp:
   becomes the lanes of vectors (as_vectors): one load, op or store for all of them. Any other upcast/unroll range of n
   is n copies of the code with the range set to 0..n-1: the compiler sees lanes. Unrolled lanes of a reduce each get
   an accumulator, combined after the loop: n independent chains of adds, not one; with upcast outputs (a matmul tile,
-  already many accumulators) the lanes combine inside the loop. Ranges already have the names they run as (a new name
-  reorders every sum it is in), so the copies are simplified once, after."""
+  already many accumulators) the lanes combine inside the loop. The copies keep the ranges' ids (a new id would
+  reorder every sum it is in), so one simplify, after them all, puts each sum in its order."""
   for r, w in vector_ranges(sink, target): sink = as_vectors(*split_lanes(sink, r, w), target.renderer)
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
     values = list(itertools.product(*[range(r.size) for r in rs]))
@@ -4068,30 +4154,37 @@ def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a cor
   while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2:]
   return xs[0]
 
+class Candidate(NamedTuple):  # a range for vector lanes, a width, and the float accesses along it from an aligned base
+  looped: int  # those in a reduce's loop
+  total: int
+  range: UOp
+  width: int
+
 def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
   size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
   reduce's loop first, then upcasts), then others no value varies with together (a row's max, its sum, its outputs)."""
-  # (a reduce unrolled whole runs in no loop: a scan's triangle, whose outputs then take the lanes, or none, and its
-  # sums share their partial sums, one add an element)
+  # The loads of a reduce that loops count first. A reduce unrolled whole runs in no loop (a scan's triangle): its
+  # loads don't claim the lanes, so its outputs take them (or none) and its sums share their partial sums.
   def loops(r:UOp) -> bool: return any(x.kind is not AxisType.UNROLL and x.size > 1 for x in r.src[1:])
   looped = {u for r in sink.toposort if r.op is Ops.REDUCE and loops(r) for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
-  def count(r:UOp, w:int) -> tuple[int, int]:
+  def candidate(r:UOp, w:int) -> Candidate:
     vectors = [u for u in access if _contiguous(u, r, w)]
-    return sum(u in looped for u in vectors), len(vectors)
+    return Candidate(sum(u in looped for u in vectors), len(vectors), r, w)
   filled = [(r, _filled(r.size, target)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
-  found = [(count(r, w), r, w) for r, w in filled if w]
+  found = [candidate(r, w) for r, w in filled if w]
   varying = [f for u, f in free_ranges(sink).items() if u is not sink]  # the ranges each value varies with
   chosen = []
-  for (_, total), r, w in sorted(found, key=lambda f: f[0], reverse=True):  # (stable: the first of equals, an upcast)
+  # the most accesses first (stable: the first of equals, an upcast)
+  for _, total, r, w in sorted(found, key=lambda c: (c.looped, c.total), reverse=True):
     apart = not any(r in f and c in f for f in varying for c, _ in chosen)  # no value varies with r and a chosen one
     if total and apart: chosen.append((r, w))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
-  return u.buf.op in (Ops.PARAM, Ops.DEFINE_LOCAL) and u.buf.dtype == dtypes.float and _aligned(u.addr, lane, w) and \
-    (u.gate is None or lane not in u.gate.toposort)
+  float_memory = u.buf.op in (Ops.PARAM, Ops.DEFINE_LOCAL) and u.buf.dtype == dtypes.float
+  return float_memory and _aligned(u.addr, lane, w) and (u.gate is None or lane not in u.gate.toposort)
 
 def split_lanes(sink:UOp, r:UOp, w:int) -> tuple[UOp, UOp]:  # r as copies * w + lane: the kernel, and the lane range
   if r.size == w: return sink, r
@@ -4119,8 +4212,8 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))  # over the other ranges first
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
     op = x.arg if x.op is Ops.REDUCE else x.op
-    if op in ops and vec in vector_types and \
-       any(_is_vector(done[s]) for s in x.src):  # (a reduce by the op it combines with; index math stays lanes)
+    # (a reduce by the op it combines with; index math stays lanes)
+    if op in ops and vec in vector_types and any(_is_vector(done[s]) for s in x.src):
       if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
       if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
         return UOp(x.op, vec, tuple(_whole(done[s], w) for s in x.src), x.arg)
@@ -4179,14 +4272,16 @@ def thread_ids(sink:UOp) -> dict[UOp, UOp]:
   """Global ranges read the block's id, local and group ranges the thread's. Ranges of one size that run in turn (no
   value varies with two: a row's reduces, then its columns) are one thread id, each dim x, y, z a list of them."""
   free, ids = free_ranges(sink).values(), {}
-  for kind, kinds in ((AxisType.GLOBAL, (AxisType.GLOBAL,)), (AxisType.LOCAL, (AxisType.LOCAL, AxisType.GROUP))):
+  def in_turn(r:UOp, d:list[UOp]) -> bool:  # no value varies with r and a range of d together: they run in turn
+    return not any(r in f and s in f for f in free for s in d)
+  id_of = {AxisType.GLOBAL: (AxisType.GLOBAL,), AxisType.LOCAL: (AxisType.LOCAL, AxisType.GROUP)}  # id kind: ranges
+  for id_kind, range_kinds in id_of.items():
     dims: list[list[UOp]] = []
-    for r in (r for k in kinds for r in ranges(sink, k)):
-      # the first dim of r's size none of whose ranges varies together with r (they run in turn)
-      dim = next((d for d in dims if d[0].size == r.size and not any(r in f and s in f for f in free for s in d)), None)
+    for r in (r for k in range_kinds for r in ranges(sink, k)):
+      dim = next((d for d in dims if d[0].size == r.size and in_turn(r, d)), None)  # the first of r's size that can
       if dim is None: dims.append([r])  # a dim of its own
       else: dim.append(r)
-    ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(kind, i)) for i, d in enumerate(dims) for r in d})
+    ids.update({r: r.replace(op=Ops.SPECIAL, arg=ThreadId(id_kind, i)) for i, d in enumerate(dims) for r in d})
   return ids
 
 def store_once(sink:UOp) -> UOp:  # every thread of a block holds its reduction's result: thread 0 stores it
@@ -4213,8 +4308,9 @@ def to_accumulators(sink:UOp) -> UOp:
   # a store that varies with a reduce's ranges moves into its loop (see reread)
   in_loop = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}
   sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in in_loop.values())))
-  def read(acc:UOp, once:UOp) -> UOp:  # acc's value once `once` has run: a loop's range (its iteration), its END (done)
-    return UOp(Ops.LOAD, acc.dtype, (acc, once))
+  # acc's value after `after` has run: a loop's range (its iteration), or its END (done). The LOAD's second source is
+  # that dependency, not an address: an accumulator is a register
+  def read(acc:UOp, after:UOp) -> UOp: return UOp(Ops.LOAD, acc.dtype, (acc, after))
   for rs, us in groups.items():
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
@@ -4227,11 +4323,11 @@ def to_accumulators(sink:UOp) -> UOp:
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: read(a, body[0]) for a, u in zip(accs, us)})
     after.update({st.buf: body[0] for st in in_loop[rs] if st.op is Ops.STORE})
-  # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
-  # after the loop they are in), so linearize places it after them
   sink = substitute(sink, done)
-  # (and after a store outside loops, unless its own value loads the buffer: that load can't wait for its store)
-  reads_itself = lambda st: any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)
+  # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
+  # after the loop they are in), so linearize places it after them; and after a store outside loops, unless its own
+  # value loads the buffer: that load can't wait for its store
+  def reads_itself(st:UOp) -> bool: return any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)
   after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and not reads_itself(st)}
   return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, after[x.buf])),) + x.src[1:])
                            for x in sink.toposort if x.op is Ops.LOAD and x.buf in after})
@@ -4283,8 +4379,9 @@ def stream(sink:UOp, target:Target) -> UOp:
   nodes = sink.toposort
   read = {u.memory for u in nodes if u.op is Ops.LOAD}
   def streamed(st:UOp) -> bool:
-    return st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read and st.value.dtype.count > 1 and \
-      st.value.dtype.scalar == dtypes.float and st.value.dtype.itemsize <= target.streams and past_cache(st.buf, target)
+    float_vector = st.value.dtype.count > 1 and st.value.dtype.scalar == dtypes.float
+    unread = st.gate is None and st.buf.op is Ops.PARAM and st.buf not in read
+    return unread and float_vector and st.value.dtype.itemsize <= target.streams and past_cache(st.buf, target)
   return substitute(sink, {u: u.replace(arg="stream") for u in nodes if u.op is Ops.STORE and streamed(u)})
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -4297,9 +4394,10 @@ def linearize(sink:UOp) -> list[UOp]:
   # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
-  def body_loops(s:UOp) -> Iterable[UOp]:  # what a node of a reduce's body adds to the loops around it:
-    # a nested loop's END, that loop's; an ASSIGN to a DEFINE_ACC(identity, *loops), those; a store's buffer has none
-    return around[s.src[0]] if s.op is Ops.END else s.src[0].src[1:]
+  def body_loops(s:UOp) -> Iterable[UOp]:  # what a node of a reduce's body adds to the loops around it
+    if s.op is Ops.END: return around[s.src[0]]  # a nested loop's
+    if s.op is Ops.ASSIGN: return s.src[0].src[1:]  # an accumulator's: DEFINE_ACC(identity, *loops)
+    return ()  # a store's, a prefetch's: none
   for e in (e for e in order if e.op is Ops.END and e.src[0].kind not in output_loops):
     around[e.src[0]] = frozenset().union(*map(body_loops, e.src[1:]))
   @functools.cache
@@ -4343,8 +4441,9 @@ def linearize(sink:UOp) -> list[UOp]:
       _, end = heapq.heappop(ends[stack.pop()])
       emit(end)
     else:  # open the next loop a waiting node needs
-      wanted = [need[u][len(stack)] for u in order if u not in done and u.op is not Ops.RANGE and
-                need[u][:len(stack)] == stack and len(need[u]) > len(stack)]
+      def waits_inside(u:UOp) -> bool:  # u needs the loops open now, and more
+        return u not in done and u.op is not Ops.RANGE and len(need[u]) > len(stack) and need[u][:len(stack)] == stack
+      wanted = [need[u][len(stack)] for u in order if waits_inside(u)]
       # of loops side by side, the one the graph closes first: one whose result another's body reads runs before it
       # (a row's max, then the sum that subtracts it, then the row's columns)
       stack.append(min(wanted, key=lambda r: pos[closes[r]]))
@@ -4513,9 +4612,10 @@ def _shift(ctx:Names, u:UOp) -> str:
   a, b, bits = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize
   signed = dtypes.is_int(u.dtype) and not dtypes.is_unsigned(u.dtype)
   wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]  # a narrower int shifts as an int
-  if u.op is Ops.SHR: shifted, out = f"({a}>>{b})", (f"({a}<0?-1:0)" if signed else "0")
-  elif signed: shifted, out = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))", "0"
-  else: shifted, out = f"({a}<<{b})", "0"
+  out = f"({a}<0?-1:0)" if u.op is Ops.SHR and signed else "0"  # a shift past the width
+  if u.op is Ops.SHR: shifted = f"({a}>>{b})"
+  elif signed: shifted = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))"
+  else: shifted = f"({a}<<{b})"
   return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
 
 def _cast(ctx:Names, u:UOp) -> str:
@@ -4658,10 +4758,10 @@ def _cuda_mma(core:TensorCore) -> tuple[str, ...]:
   scalar, ptx = {dtypes.half: ("half", "f16"), dtypes.bfloat16: ("__nv_bfloat16", "bf16")}[core.dtype]
   structs = []
   for n in core.elements[:2]:
-    name, args = f"{core.dtype.name}{n}", [f"{scalar} x{i}" for i in range(n)]
+    name, values = f"{core.dtype.name}{n}", [f"x{i}" for i in range(n)]
+    args = ", ".join(f"{scalar} {v}" for v in values)
     structs += [f"struct __align__({2 * n}) {name} {{ {scalar} v[{n}]; }};",
-                f"__device__ inline {name} make_{name}({', '.join(args)}) "
-                f"{{ return {{{{{', '.join(f'x{i}' for i in range(n))}}}}}; }}"]
+                f"__device__ inline {name} make_{name}({args}) " + "{ return {{" + ", ".join(values) + "}}; }"]
   a, b = (f"{core.dtype.name}{n}" for n in core.elements[:2])
   return (*structs, f"__device__ inline float4 {core.function}({a} a, {b} b, float4 c) {{ "
           "const unsigned *x = (const unsigned*)&a, *y = (const unsigned*)&b; "
@@ -4790,7 +4890,7 @@ class CPURuntime:
     # own CDLL functions live in reference cycles, so they would stay until a gc pass
     weakref.finalize(fn, _ctypes.dlclose, lib).atexit = False
     return CPUProgram(self, fn)
-  def graph(self, kernels:list[tuple]) -> Callable[[list], None]|None: return self.workers.graph(kernels)
+  def graph(self, kernels:list[GraphKernel]) -> Callable[[list], None]|None: return self.workers.graph(kernels)
   def alloc(self, nbytes:int):
     # a big buffer gets its own mapping, so freeing it gives its memory back to the system: malloc might keep it
     if nbytes >= 2**20: return (ctypes.c_uint8 * nbytes).from_buffer(mmap.mmap(-1, nbytes))
@@ -4816,14 +4916,6 @@ def vector_width(macros:str) -> int:
   """Floats in a vector register of the CPU a compiler targets, by its predefined macros (cc -dM -E): 16 with
   AVX-512, 8 with AVX, else 4 (SSE, NEON)."""
   return next((w for macro, w in (("__AVX512F__", 16), ("__AVX__", 8)) if f"#define {macro} " in macros), 4)
-
-def _convert(d:DType, x):
-  """A C cast: float to int truncates toward zero. Where C leaves it undefined, it saturates at the int type's limits,
-  and nan is 0."""
-  if dtypes.is_int(d) and isinstance(x, float):
-    lo, hi = dtypes.limits(d)
-    x = 0 if math.isnan(x) else min(max(math.trunc(x) if math.isfinite(x) else x, lo), hi)
-  return truncate(d, dtypes.python(d)(x))
 
 class Emulator:
   """The PYTHON device: runs the linear UOps of a GPU-lowered kernel, thread by thread, with GPU semantics. Each
@@ -5017,7 +5109,8 @@ class _Device:
     targets, with the stores past the cache it has."""
     renderer = self.kinds[name].dialect
     if renderer.gpu:
-      return Target(renderer, self.opened[name].runtime.local_max if name in self.opened else 1024, threads(), 4)
+      local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
+      return Target(renderer, local_max, threads(), width=4)
     return Target(renderer, 1, threads(), self[name].runtime.width, self[name].runtime.streams)
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
@@ -5076,7 +5169,7 @@ def to_program(ast:UOp, device:str) -> Program:
   if (prog := program_cache.get(key)) is None:
     target = Device.target(device)
     disk_key = f"{tiny_version()} {device} {target.local_max} {target.cores} {target.width} {target.streams} " \
-               f"NOOPT={noopt} BEAM={beam_width}\n{text(ast)}".encode()
+               f"NOOPT={noopt} BEAM={beam_width}\n{ast_text(ast)}".encode()
     if device == "PYTHON": prog = lower(ast, target)  # the emulator runs UOps, which the disk cache doesn't keep
     elif (entry := cache_read(disk_key, ".json", "lowering it again")) is not None: prog = Program.loads(entry)
     else:
@@ -5085,7 +5178,7 @@ def to_program(ast:UOp, device:str) -> Program:
     program_cache[key] = prog
   return prog
 
-def text(sink:UOp) -> str:  # a graph, the same in every process: a node a line, its sources by their line numbers
+def ast_text(sink:UOp) -> str:  # a graph, the same in every process: a node a line, its sources by their line numbers
   number = {u: i for i, u in enumerate(sink.toposort)}
   return "\n".join(f"{u.op.name} {u.dtype} {u.arg!r} {[number[s] for s in u.src]}" for u in number)
 
@@ -5093,7 +5186,7 @@ class Launch(NamedTuple):  # one kernel of a run: its program, and where its buf
   device: str
   prog: Program
   slots: list[int]  # outputs first
-  outputs: int
+  output_count: int
   why: str  # why its outputs are stored, for DEBUG=2
 
 def run_schedule(items:list[ScheduleItem], wait:bool=False) -> float:
@@ -5172,7 +5265,7 @@ class RawKernel:
     return launch([(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), 0, "raw"))], bufs, wait)
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
-  """The kernels realizing these tensors would run, rendered for any device (present or not); nothing runs."""
+  """The kernels that realizing these tensors would run, rendered for any device (present or not); nothing runs."""
   return [to_program(item.ast, Device.canonical(device or tensors[0].device)) for item in schedule(list(tensors))]
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -5197,7 +5290,10 @@ class Capture:
     return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]  # (a tuple: never a data hash)
 
 class Capturing(threading.local):
-  now: Capture|None = None  # the TinyJit call running on this thread, if any
+  """The TinyJit call running on this thread, if any. What it changes, where: Tensor's data and rand note what they
+  make (Capture.data), Plan.run the buffers it makes (made), launch times each kernel and keeps it (launches), and
+  realized_view counts a node realized only if this capture computed it (computed)."""
+  now: Capture|None = None
 capturing = Capturing()
 
 def signature(x, given:list[Buffer]):
@@ -5223,14 +5319,14 @@ def mapped(x, fn:Callable, leaf:type=Tensor):
 class TinyJit:
   """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
   dtype and device, in a list, tuple or dict too, which tensors share a buffer, every other argument's value), the first
-  call runs the function as usual, the second runs it and captures the kernels it launches, and later calls replay
-  those kernels on the new inputs' buffers: no graph, no scheduling, no lowering. Tensors the function reads without
-  being given them (weights) are read where they were at capture. Each call's outputs (the tensors in what it returns,
-  however nested) are new buffers, so a result keeps its values after later calls. Python control flow that depends on
-  tensor values is captured as it went on the second call, and so is data the function makes of Python values: a
-  replay reads it as it was then, so data that changed between the first two calls raises, except rand's, which each
-  replay draws anew, as the call would have. A TinyJit called by another's function, capturing or replaying, is
-  captured with it."""
+  two calls run the function under a capture: the first's data is noted, the second's kernels become the replay, and
+  later calls replay those kernels on the new inputs' buffers: no graph, no scheduling, no lowering. Tensors the
+  function reads without being given them (weights) are read where they were at capture. Each call's outputs (the
+  tensors in what it returns, however nested) are new buffers, so a result keeps its values after later calls. Python
+  control flow that depends on tensor values is captured as it went on the second call, and so is data the function
+  makes of Python values: a replay reads it as it was then, so data that changed between the first two calls raises,
+  except rand's, which each replay draws anew, as the call would have. A TinyJit called by another's function, capturing
+  or replaying, is captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.first, self.replays = fn, Bounded(), Bounded()  # first: what each signature's first call made of data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
@@ -5284,10 +5380,10 @@ class Replay:
     for _, l, bufs in call.launches:
       for i, b in enumerate(bufs):
         if b in given or b in made or b in held: continue
-        if i >= l.outputs and b in returned:
+        if i >= l.output_count and b in returned:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
-        made_here = i < l.outputs and b in call.made  # an output one of this call's plans allocated
+        made_here = i < l.output_count and b in call.made  # an output one of this call's plans allocated
         (made if made_here else held).append(b)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
@@ -5321,7 +5417,14 @@ def graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None
   run on several."""
   devices = {l.device for _, l in launches}
   make = getattr(Device[devices.pop()].runtime, "graph", None) if len(devices) == 1 else None
-  return None if make is None else make([(fn, l.slots, l.prog.global_size, l.prog.local_size) for fn, l in launches])
+  return None if make is None else make([GraphKernel(fn, l.slots, l.prog.global_size, l.prog.local_size)
+                                          for fn, l in launches])
+
+class GraphKernel(NamedTuple):  # a kernel of a replay's graph
+  program: Callable
+  slots: list[int]  # its buffers', among the replay's
+  global_size: tuple
+  local_size: tuple
 
 class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, and its view of that buffer
   slot: int
@@ -5350,13 +5453,14 @@ class Workers:
       return
     if self.pid != os.getpid(): self.start()
     self.call(fn, (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)), len(bufs), chunks)
-  def graph(self, kernels:list[tuple[CPUProgram, list[int], tuple, tuple]]) -> Callable[[list], None]|None:
-    """Kernels (each with the slots of its buffers and its sizes) as a table that the pool's C runs in one call: a
-    replay binds its buffers once, by slot, and Python doesn't run between kernels."""
-    if any(len(slots) > Workers.most for _, slots, _, _ in kernels): return None
-    slots = [(ctypes.c_int * len(s))(*s) for _, s, _, _ in kernels]
-    def step(p:CPUProgram, s, size) -> Step: return Step(ctypes.cast(p.fn, ctypes.c_void_p), len(s), size[0], s)
-    table = (Step * len(kernels))(*[step(p, s, size) for (p, _, size, _), s in zip(kernels, slots)])
+  def graph(self, kernels:list[GraphKernel]) -> Callable[[list], None]|None:
+    """Kernels as a table that the pool's C runs in one call: a replay binds its buffers once, by slot, and Python
+    doesn't run between kernels."""
+    if any(len(k.slots) > Workers.most for k in kernels): return None
+    slots = [(ctypes.c_int * len(k.slots))(*k.slots) for k in kernels]
+    def step(k:GraphKernel, s) -> Step:
+      return Step(ctypes.cast(k.program.fn, ctypes.c_void_p), len(s), k.global_size[0], s)
+    table = (Step * len(kernels))(*[step(k, s) for k, s in zip(kernels, slots)])
     def run(bufs:list):
       if self.pid != os.getpid(): self.start()
       self.replay(table, len(kernels), (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)))
@@ -5525,7 +5629,8 @@ def tiny_version() -> str:  # this tiny.py, by its hash: another version may low
 def reuse_bytes() -> int:
   """Bytes of freed buffers a device keeps: LRU_MB megabytes, else an eighth of RAM up to 1 GiB; with LRU=0, none."""
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-  return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20 if getenv("LRU", 1) else 0
+  if not getenv("LRU", 1): return 0
+  return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20
 
 # Python 3.11 (3.12 has neither cost): an Enum class looks up every attribute through EnumType's __getattr__ hook, 0.1
 # us each, and passes ask for ops all the time, so the members go on a plain class of the same name; and
@@ -5540,6 +5645,7 @@ class cached:
     if obj is None: return self
     obj.__dict__[self.name] = value = self.fn(obj)
     return value
-for cls in (UOp, View, ShapeTracker):
-  for name, prop in list(vars(cls).items()):
-    if isinstance(prop, functools.cached_property): setattr(cls, name, cached(prop.func))
+for _cls in (UOp, View, ShapeTracker):
+  for _name, _prop in list(vars(_cls).items()):
+    if isinstance(_prop, functools.cached_property): setattr(_cls, _name, cached(_prop.func))
+del _cls, _name, _prop
