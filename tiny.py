@@ -88,7 +88,8 @@ class DType:
   def max(self): return dtypes.max(self)
   def __repr__(self): return f"dtypes.{self.name}"
 
-# an unknown dtype name: tinygrad's error (it looks the name up on dtypes), and Python's for a value of the wrong type
+# an unknown dtype name: an AttributeError, as tinygrad's (it looks the name up on dtypes), and a TypeError, as Python's
+# for a value of the wrong type
 class UnknownDType(TypeError, AttributeError): pass
 
 class DTypeError(TypeError, RuntimeError):
@@ -112,7 +113,7 @@ class dtypes:
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
   default_float, default_int = float32, int32  # what a Python float and int become (as tinygrad's: set them to change)
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
-  index = DType(7, 8, "index", "q")
+  index = DType(7, 8, "index", "q")  # (an index vector's scalar is int64: by_fmt, below, knows "q" as int64)
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "L": uint64, "c": uint8}
   # a dtype's kind is in its struct letter, which its vectors share (index is "q")
   @staticmethod
@@ -152,7 +153,9 @@ class dtypes:
     if max(unsigned) == 8: raise DTypeError(f"no int holds both {' and '.join(d.name for d in ds)}: cast one first")
     return {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[max(2 * max(unsigned), *signed)]  # (uint32 at most)
   @staticmethod
-  def python(d:DType) -> type: return float if dtypes.is_float(d) else bool if d.fmt == "?" else int
+  def python(d:DType) -> type:
+    if dtypes.is_float(d): return float
+    return bool if d.fmt == "?" else int
 
 def truncate(d:DType, x):
   """A Python number as the machine would hold it in dtype d (ints wrap, floats round to their width)."""
@@ -213,8 +216,9 @@ class GroupOp:
 
 # the named args of kernel-level nodes
 class AxisType(Enum):  # (a plain class after import, as Ops)
-  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: a row's columns,
-  looped in every thread of the row's GPU block). A kernel's name lists its axes in this order."""
+  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: a GPU row program's
+  columns, which each thread of the row's block loops over: see row_loops). A kernel's name lists its axes in this
+  order."""
   THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
   UNROLL = auto()
   WARP = auto()  # (only an opt's kind: a matmul's tiles on a warp's tensor cores; its lanes are LOCAL)
@@ -245,6 +249,7 @@ class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (t
 
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
 def _fmod(a:float, b:float) -> float: return math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan  # C's
+def _int_mod(a:int, b:int) -> int: return a - b * _trunc_div(a, b) if b != 0 else 0  # C's %: the dividend's sign
 def _amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
 def _safe(f):
   def g(*a):
@@ -261,9 +266,10 @@ python_alu: dict[Ops, Callable] = {
   Ops.LOG2: lambda x: math.log2(x) if x > 0 else -math.inf if x == 0 else math.nan,
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
-  Ops.ADD: operator.add, Ops.MUL: operator.mul, Ops.MAX: lambda a, b: b if a < b or b != b else a,
+  Ops.ADD: operator.add, Ops.MUL: operator.mul,
+  Ops.MAX: lambda a, b: b if a < b or b != b else a,  # (b != b: b is nan, and nan wins)
   Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0,
-  Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else (a - b*_trunc_div(a, b) if b != 0 else 0),
+  Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else _int_mod(a, b),
   Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
   Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
   Ops.SHL: lambda a, b: a << _amount(b), Ops.SHR: lambda a, b: a >> _amount(b),
@@ -298,8 +304,8 @@ def arg_key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  
 
 def postorder(roots:Iterable[UOp], sources:Callable[[UOp], Sequence[UOp]],
               known:Callable[[UOp], bool]=lambda u: False) -> list[UOp]:
-  """The nodes the roots depend on, themselves too, each after its sources (and none known, nor what only they reach).
-  Iterative: a long elementwise chain would overflow recursion."""
+  """The nodes the roots depend on, themselves too, each after its sources; a node known(u) says is known is left out,
+  and so is what only it reaches. Iterative: a long elementwise chain would overflow recursion."""
   order, seen, stack = [], set(), [(r, False) for r in reversed(list(roots))]
   while stack:
     u, done = stack.pop()
@@ -362,8 +368,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return UOp(Ops.CONST, dtype, (), truncate(dtype, dtypes.python(dtype)(value)))
   def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
   def alu(self, op:Ops, *srcs:UOp) -> UOp:
-    # a compare's is bool; a where's, its branches' (its first source is the condition); else its first source's
-    dtype = dtypes.bool if op in GroupOp.Compare else (srcs[0] if op is Ops.WHERE else self).dtype
+    if op in GroupOp.Compare: dtype = dtypes.bool
+    else: dtype = srcs[0].dtype if op is Ops.WHERE else self.dtype  # (a where's first source is its condition)
     return UOp(op, dtype, (self,) + srcs)
   def _binop(self, op, x, reverse):
     x = x if isinstance(x, UOp) else self.const_like(x)
@@ -462,7 +468,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op in (Ops.RANGE, Ops.SPECIAL): return (0, self.size - 1)
     if self.dtype == dtypes.bool and self.op not in GroupOp.ALU: return (False, True)
     limits, b = dtypes.limits(self.dtype), None
-    operands = self.src[-2:]  # a where's two branches (not its condition); any other op's sources
+    operands = self.src[1:] if self.op is Ops.WHERE else self.src  # (a where's condition is no operand)
     if self.op in alu_bounds and \
        all(s.dtype.count == 1 and (dtypes.is_int(s.dtype) or s.dtype == dtypes.bool) for s in operands):
       b = alu_bounds[self.op](*[s.bounds for s in self.src])
@@ -721,13 +727,14 @@ symbolic = PatternMatcher([
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
   (xidx + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),            # x+c0<c1 -> x<c1-c0
+  (c0 < xidx + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),  # c0<x+c1 -> c0-c1<x
+  # vectors
   (UPat(Ops.VECTORIZE, name="u"), _whole_vector),                      # (v.x,v.y,v.z,v.w) -> v
   # gates that bounds decided: a load always taken drops its gate, one never taken reads 0
   (UPat(Ops.LOAD, src=(x, y, UPat.cvar("g")), name="u"),
     lambda u, x, y, g: u.replace(src=(x, y)) if g.arg else u.const_like(0)),  # load if True -> load; if False -> 0
   (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"),
     lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),     # store if True -> store
-  (c0 < xidx + c1, lambda x, c0, c1: UOp.const(x.dtype, c0.arg - c1.arg) < x),  # c0<x+c1 -> c0-c1<x
 ])
 
 def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
@@ -783,8 +790,9 @@ class View:
     addr = UOp.const(dtypes.index, self.offset)
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: addr = addr + i * st
-    def inside(i:UOp, s:int, lo:int, hi:int) -> list[UOp]:  # lo <= i < hi, leaving out what the dim's size says
-      return ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])  # (< only)
+    # lo <= i < hi, leaving out what the dim's size says (lo <= i as lo-1 < i: < is the compare the index rules fold)
+    def inside(i:UOp, s:int, lo:int, hi:int) -> list[UOp]:
+      return ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])
     valid = all_of(*[t for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()) for t in inside(i, s, lo, hi)])
     return addr, valid
 
@@ -1832,7 +1840,6 @@ class Tensor:
     d = self._dim(dim, extra=1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
   def flatten(self, start_dim=0, end_dim=-1) -> Tensor:
-    if not self.shape: return self.reshape(1)
     s, e = self._dim(start_dim), self._dim(end_dim)
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e+1]),) + self.shape[e+1:])
   def _stride(self, dim:int, step:int) -> Tensor:
@@ -2591,18 +2598,11 @@ def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was compute
 
 def _grad_node(u:UOp) -> UOp: return computed_from(u) or u  # where a tensor's gradient arrives
 
-def _grad_order(*roots:UOp) -> dict[UOp, tuple[UOp, ...]]:
-  """Every node the roots' gradients flow through, sources first, each with its _grad_sources (found once)."""
-  found: dict[UOp, tuple[UOp, ...]] = {}
-  def sources(u:UOp) -> tuple[UOp, ...]:
-    found[u] = _grad_sources(u)
-    return found[u]
-  return {u: found[u] for u in postorder(roots, sources)}
-
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
   from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
-  order = _grad_order(root.uop)
+  found: dict[UOp, tuple[UOp, ...]] = {}  # every node the gradients flow through, sources first: its _grad_sources
+  order = {u: found[u] for u in postorder([root.uop], lambda u: found.setdefault(u, _grad_sources(u)))}
   on_path = set(targets)  # the nodes some target is reached through (the targets too)
   for u, sources in order.items():
     if any(s in on_path for s in sources): on_path.add(u)
@@ -4568,7 +4568,7 @@ c_code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
   Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
   Ops.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})", Ops.WHERE: lambda a, b, c: f"({a}?{b}:{c})",
-  **{op: lambda a, b, symbol=symbol: f"({a}{symbol}{b})" for op, symbol in _infix.items()}}
+  **{op: lambda a, b, symbol=symbol: f"({a}{symbol}{b})" for op, symbol in _infix.items()}}  # (symbol bound now)
 
 # C computes bool, char and half arithmetic in int or float: bring each result back to its type, as the machine would
 # (a comparison, a select and a bitwise op of in-range values stay in range)
@@ -5342,7 +5342,7 @@ class TinyJit:
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try:
       out, outs = self.fn(*args, **kwargs), []
-      mapped(out, outs.append)  # (collects them)
+      mapped(out, outs.append)  # (the tensors it returns, collected)
       if outs: Tensor.realize(*outs)
     finally: call, capturing.now = capturing.now, outer
     self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
