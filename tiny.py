@@ -2653,7 +2653,8 @@ class SGD(Optimizer):
   def __init__(self, params:list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False):
     super().__init__(params, lr)
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
-    self.b = self.state = self._zeros() if momentum else []
+    self.b = self._zeros() if momentum else []  # each parameter's momentum buffer (tinygrad's name)
+    self.state = self.b
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
     if self.weight_decay: g = g + self.weight_decay * p
     if self.momentum:
@@ -2799,6 +2800,7 @@ class BatchNorm:
     if self.track_running_stats and not Tensor.training: mean, var = self.running_mean, self.running_var
     else:
       mean = x.mean(axes)
+      # (the mean detached: var's gradient through it is a sum of x - mean, 0)
       var = (x - mean.detach().reshape(1, -1, *(1,) * (x.ndim - 2))).square().mean(axes)
       if self.track_running_stats and Tensor.training:
         n = x.numel() / x.shape[1]
@@ -3509,8 +3511,8 @@ def count_divmod(u:UOp) -> int: return sum(1 for x in u.toposort if x.op in (Ops
 def merge_ranges(sink:UOp) -> UOp:
   """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
   rs = ranges(sink, AxisType.GLOBAL)
-  # innermost pair first. Once b merged with the range inside it, (a, b) would divide by a b that is gone: the count of
-  # divisions below refuses it
+  # innermost pair first. Once b has merged with the range inside it, merging (a, b) would add a division: the count
+  # below refuses it
   for a, b in reversed(list(zip(rs, rs[1:]))):
     merged = merge(sink, a, b)
     if count_divmod(merged) <= count_divmod(sink): sink = merged
@@ -3618,7 +3620,7 @@ def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
   for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
   d = _times_two_over_pi(mag)
   # d's 8 digits of 12 bits: d[7]'s top 2 are q, the 70 below are f, as ints of 22, 24 and 24 bits
-  a, b, c = (d[7] & 0x3FF) << 12 | d[6], d[5] << 12 | d[4], d[3] << 12 | d[2]
+  a, b, c = ((d[7] & 0x3FF) << 12) | d[6], (d[5] << 12) | d[4], (d[3] << 12) | d[2]
   up = a.const_like(2**21 - 1) < a  # a's top bit, f >= 1/2: the next quadrant, at f - 1, kept as 2**70 - f
   q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
   # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
@@ -3782,7 +3784,8 @@ def optimize(sink:UOp, target:Target) -> tuple[UOp, tuple[Opt, ...]]:  # the heu
 
 def launch_opts(sink:UOp, opts:tuple[Opt, ...], target:Target) -> tuple[UOp, tuple[Opt, ...]]:
   """The threads of a block (GPU), or a matmul's loop order and then the cores (CPU), after the opts before."""
-  for step in (local_opts,) if target.gpu else (tile_order, thread_opts):
+  steps = (local_opts,) if target.gpu else (tile_order, thread_opts)
+  for step in steps:
     for opt in step(sink, target): sink, opts = apply_opt(sink, opt), opts + (opt,)
   return sink, opts
 
