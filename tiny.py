@@ -6,23 +6,24 @@ Sections:
   pattern matcher rules as (pattern, rewrite) tables, and graph_rewrite that applies them
   symbolic        constant folding, identities, index algebra
   views           movement ops as index maps: View, ShapeTracker
-  Tensor          the user's API: a thin wrapper around one UOp; composites built from primitives, each graph once
-                  per structure of its inputs (composite)
+  Tensor          the user's API: a thin wrapper around one UOp; composite methods build their graph once per
+                  shapes, dtypes and arguments of their inputs, and replay it (composite)
   gradients       a derivative rule per primitive, and the walk that applies them from a loss back
   nn              optimizers (a step is lazy assigns), layers, weights on disk (safetensors)
-  scheduler       a tensor graph -> kernels: which nodes are stored, which fuse
+  scheduler       a tensor graph -> kernels: which nodes are stored, which fuse; pack (a matmul's b stored in tiles)
   lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, tensor cores, BEAM),
-                  lanes and threads, accumulators, bfloat16 in float32, streaming stores, linearize. What tunes a CPU's
-                  memory traffic, each with its reason where it is: reread (a row's costly values stored once and read
-                  back, the next row prefetched, a row on the stack where the output goes past the cache), pack (a
-                  matmul's b in tiles: the scheduler's), tile_order (a matmul's rows inside its columns), stream (stores
-                  past the cache)
+                  lanes and threads, accumulators, bfloat16 in float32, streaming stores, linearize. Three of them tune
+                  a CPU's memory traffic, each with its reason where it is:
+                    reread      a row's costly values stored once and read back (the next row prefetched; a row on the
+                                stack where the output goes past the cache)
+                    tile_order  a matmul's rows inside its columns
+                    stream      stores past the cache
   renderers       linear UOps -> C, CUDA or Metal source: one algorithm, three dialects as data
   devices         runtimes (the C compiler, the emulator, CUDA and Metal beside this file), buffers
   running         launching kernels, and render() to see them
   TinyJit         a function's kernels captured once and replayed, as one call to the device (graph)
   systems         what a reader of a compiler can skip: the CPU's worker pool in C (which runs a replay's table of
-                  kernels too), cache folders and files
+                  kernels too), cache folders and files, sine's exact argument reduction, interpreter workarounds
 
 One realize(), call by call:
   Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
@@ -143,7 +144,7 @@ class dtypes:
   @staticmethod
   def promote(*ds:DType) -> DType:
     """The dtype operands meet in: the highest, but a signed int with an unsigned one meets in the narrowest signed int
-    wider than the unsigned one and as wide as the signed one (int64 at most), as torch's."""
+    wider than the unsigned one and at least as wide as the signed one (int64 at most), as torch's."""
     if ds.count(ds[0]) == len(ds): return ds[0]  # (the common case: they are one)
     top = max(ds, key=lambda d: d.priority)
     if {dtypes.half, dtypes.bfloat16} <= set(ds): return dtypes.float32  # neither holds the other's values
@@ -163,7 +164,8 @@ def truncate(d:DType, x):
   if dtypes.is_int(d):
     bits = 8 * d.itemsize
     x = int(x) & ((1 << bits) - 1)
-    return x - (1 << bits) if not dtypes.is_unsigned(d) and x >= 1 << (bits - 1) else x
+    if not dtypes.is_unsigned(d) and x >= 1 << (bits - 1): x -= 1 << bits  # the top bit set: negative
+    return x
   return decoded(d, encoded(d, [x]))[0]
 
 def encoded(d:DType, vals:Sequence) -> bytes:
@@ -263,7 +265,7 @@ def _safe(f):
 # Renderers emit guards that compute the same.
 python_alu: dict[Ops, Callable] = {
   Ops.NEG: operator.neg, Ops.EXP2: _safe(lambda x: 2.0**x), Ops.SIN: _safe(math.sin),
-  Ops.LOG2: lambda x: math.log2(x) if x > 0 else -math.inf if x == 0 else math.nan,
+  Ops.LOG2: lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan),
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
   Ops.ADD: operator.add, Ops.MUL: operator.mul,
@@ -282,7 +284,9 @@ def _convert(d:DType, x):
   and nan is 0."""
   if dtypes.is_int(d) and isinstance(x, float):
     lo, hi = dtypes.limits(d)
-    x = 0 if math.isnan(x) else min(max(math.trunc(x) if math.isfinite(x) else x, lo), hi)
+    if math.isnan(x): x = 0
+    elif math.isfinite(x): x = math.trunc(x)
+    x = min(max(x, lo), hi)
   return truncate(d, dtypes.python(d)(x))
 
 class MathMixin:
@@ -384,12 +388,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
-    """The same values, as a view the gradient walk stops at (it records no move: a ShapeTracker, in Views below,
-    holds each view's last move and the tracker before it). A view of a buffer stays one view of it; any other node
-    is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
+    """The same values, as a view the gradient walk stops at: its tracker (a ShapeTracker, in Views below, holds a
+    view's last move and the tracker it was applied to) records the move "detach" with no tracker before it, and the
+    walk steps back through those. A view of a buffer stays one view of it; any other node is viewed whole (a view of
+    a view), so that if it is realized first, this reads it, not its sources."""
     if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
-    # (a move no View method makes, and nothing before it: the gradient walk stops here, composites do not replay it)
+    # (a move no View method makes: composites do not replay it)
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
   def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
     return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
@@ -489,8 +494,9 @@ def _positive_const(b) -> bool: return b[0] == b[1] and b[0] > 0
 def _mod_bounds(a, b):  # C's remainder takes the sign of the dividend
   # a's range within one multiple of b and the next: the remainder runs from lo % b to hi % b
   if a[0] >= 0 and a[0] // b[0] == a[1] // b[0]: return (a[0] % b[0], a[1] % b[0])
-  # else: from 0, or down to -(b-1) for a negative dividend; to 0, or up to b-1 for a positive one
-  return (0 if a[0] >= 0 else max(a[0], 1 - b[0]), 0 if a[1] <= 0 else min(a[1], b[0] - 1))
+  lo = 0 if a[0] >= 0 else max(a[0], 1 - b[0])  # from 0, or down to -(b-1) for a negative dividend
+  hi = 0 if a[1] <= 0 else min(a[1], b[0] - 1)  # to 0, or up to b-1 for a positive one
+  return (lo, hi)
 
 # the range of each op's result from its sources' ranges (lo, hi); None where it can't be said
 alu_bounds: dict[Ops, Callable] = {
@@ -512,11 +518,14 @@ alu_bounds: dict[Ops, Callable] = {
 # Pattern matcher: the algebra (symbolic rules) and the rendering (string rules) are tables of rules; structural passes
 # (scheduling, ranges, lanes, accumulators) are named functions. A rule is (UPat, fn(**captures) -> UOp | None).
 
+def _some(v) -> tuple|None:  # None (any), or the values a pattern's field takes
+  if v is None: return None
+  return tuple(v) if isinstance(v, (set, tuple)) else (v,)
+
 class UPat(MathMixin):
   """src as a tuple matches in order; as a list, in any order (commutative ops); a name twice binds the same node."""
   def __init__(self, op=None, dtype=None, src=None, arg=None, name:str|None=None):
-    self.op = None if op is None else tuple(op) if isinstance(op, (set, tuple)) else (op,)
-    self.dtype = None if dtype is None else tuple(dtype) if isinstance(dtype, (set, tuple)) else (dtype,)
+    self.op, self.dtype = _some(op), _some(dtype)
     self.src, self.arg, self.name = src, arg, name
     self.orders = list(itertools.permutations(src)) if isinstance(src, list) else [src]  # of src, to try in turn
     self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source must have
@@ -627,7 +636,7 @@ xidx = UPat.var("x", dtypes.index)  # only index math is sure not to wrap: user 
 def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides. A term a*f
   whose factor f is larger than c and no multiple of it is split first, as a*(f - f%c) + a*(f%c), so that c divides
-  the first part (j*(n+d) read mod n: a window's row)."""
+  the first part (_pool's rows: j*(n+d) read mod n, a factor n+d larger than n and no multiple of it)."""
   if c.arg <= 0 or x.vmin < 0: return None
   if op is Ops.MOD and x.vmax < c.arg: return x
   terms = []
@@ -790,7 +799,8 @@ class View:
     addr = UOp.const(dtypes.index, self.offset)
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: addr = addr + i * st
-    # lo <= i < hi, leaving out what the dim's size says (lo <= i as lo-1 < i: < is the compare the index rules fold)
+    # lo <= i < hi, only the bounds the mask adds (0 <= i < s holds already); lo <= i as lo-1 < i: < is the compare
+    # the index rules fold
     def inside(i:UOp, s:int, lo:int, hi:int) -> list[UOp]:
       return ([UOp.const(dtypes.index, lo - 1) < i] if lo > 0 else []) + ([i < hi] if hi < s else [])
     valid = all_of(*[t for i, s, (lo, hi) in zip(idxs, self.shape, self.mask or ()) for t in inside(i, s, lo, hi)])
@@ -847,14 +857,13 @@ class ShapeTracker:
   move: Move|None = None
   before: ShapeTracker|None = None
   def __hash__(self): return self._hash
-  # only the views, not the moves: UOp._key (and the kernel text cached on disk) read a tracker by what it maps
-  def __repr__(self): return f"ShapeTracker({self.views!r})"
+  def __repr__(self): return f"ShapeTracker({self.views!r})"  # (the views only: UOp._key and the disk cache read it)
   @functools.cached_property
   def _hash(self) -> int: return hash((self.views, self.move, self.before))
   @functools.cached_property
   def bare(self) -> ShapeTracker: return self if self.move is None else ShapeTracker(self.views)
-  # graphs are built again and again with the same shapes: each view is made once, and found after (then a node that
-  # holds it is found by identity)
+  # graphs are built again and again with the same shapes: equal shapes give one tracker object, so the nodes that
+  # hold it hash-cons cheaply
   @staticmethod
   @functools.lru_cache(maxsize=4096)
   def contiguous(shape:tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(shape),))
@@ -985,6 +994,7 @@ def composite(fn:Callable) -> Callable:
   def built(*args, **kwargs) -> Tensor:
     key = tuple([(Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
                  for a in (*args, *kwargs.values())]) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
+    # (the defaults decide what a Python number in the method becomes)
     try: hash(key)
     except TypeError: return fn(*args, **kwargs)  # (an unhashable argument)
     if key not in templates: templates[key] = _template(fn, args, kwargs)
@@ -999,20 +1009,21 @@ class Build(NamedTuple):  # a template's step: a node to build, its sources by s
   src: tuple[int, ...]
   arg: Any
 
-class Moved(NamedTuple):  # a template's step: an input, moved as its placeholder's view was
+class MovedInput(NamedTuple):  # a template's step: an input, moved as its placeholder's view was
   input: int
   moves: tuple[Move, ...]
 
 class Template(NamedTuple):
   """A composite's graph as steps, each node's sources before it: a node to build (its sources by step number), a
   node without sources to take as it is, or an input moved."""
-  steps: list[Build|Moved|UOp]
+  steps: list[Build|MovedInput|UOp]
   device: str
   def made(self, inputs:list[UOp]) -> UOp:  # the graph over these inputs
     done: list[UOp] = []
     for step in self.steps:
       if type(step) is Build: done.append(UOp(step.op, step.dtype, tuple([done[i] for i in step.src]), step.arg))
-      elif type(step) is Moved: done.append(inputs[step.input].moved(*step.moves) if step.moves else inputs[step.input])
+      elif type(step) is MovedInput:
+        done.append(inputs[step.input].moved(*step.moves) if step.moves else inputs[step.input])
       else: done.append(step)
     return done[-1]
 
@@ -1030,7 +1041,7 @@ def _template(fn:Callable, args:tuple, kwargs:dict) -> Template|None:
       moves, start = [], u.arg
       while start.before is not None: moves, start = [start.move, *moves], start.before  # the moves that made it
       if start != ShapeTracker.contiguous(start.shape): return None  # not from the placeholder's own view (detached)
-      step = Moved(leaves.index(u.src[0]), tuple(moves))
+      step = MovedInput(leaves.index(u.src[0]), tuple(moves))
     elif u in leaves: continue
     else: step = Build(u.op, u.dtype, tuple(step_of[s] for s in u.src), u.arg) if u.src else u
     step_of[u] = len(steps)
@@ -1313,9 +1324,9 @@ class Tensor:
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
   alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
-  def _wide(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()  # >= float32
+  def _float32_at_least(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()
   # in float32 at least (not every dialect has 16-bit transcendentals), then back to its float dtype (an int's: default)
-  def _unary(self, op:Ops) -> Tensor: return self._like(self._wide().uop.alu(op)).cast(self._float().dtype)
+  def _unary(self, op:Ops) -> Tensor: return self._like(self._float32_at_least().uop.alu(op)).cast(self._float().dtype)
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -1328,9 +1339,9 @@ class Tensor:
     if rounding_mode not in (None, "trunc", "floor"):
       raise RuntimeError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")  # (torch's error)
     if rounding_mode == "floor": return a.divmod(b)[0]
-    if rounding_mode == "trunc": return a._trunc_div(b)
+    if rounding_mode == "trunc": return a._div_toward_zero(b)
     return a._float() * b._float().reciprocal()
-  def _trunc_div(self, b:Tensor) -> Tensor:
+  def _div_toward_zero(self, b:Tensor) -> Tensor:
     """The quotient rounded toward 0: C's / for ints; for floats, what fmod leaves divided by b, exact but for rounding
     (a * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as torch's."""
     if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
@@ -1341,7 +1352,7 @@ class Tensor:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
     quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is 0, as python_alu says)."""
     a, b = self._broadcast(x)
-    q, r = a._trunc_div(b), a.fmod(b)
+    q, r = a._div_toward_zero(b), a.fmod(b)
     up = (r != 0) & ((r < 0) != (b < 0))  # rounded toward 0, a negative quotient rounded up: floor is one lower
     return up.where(q - 1, q), up.where(r + b, r)
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
@@ -1630,14 +1641,14 @@ class Tensor:
   def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:
     """Ints and bools add up in int64, as numpy and torch; 16-bit floats in float32, rounded back, as torch."""
     if dtype is None and self.dtype in dtypes.narrow: return self.float().sum(axis, keepdim).cast(self.dtype)
-    x = self.cast(dtype) if dtype is not None else self._widened()
+    x = self.cast(dtype) if dtype is not None else self._int64_if_narrow()
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
   @composite
   def mean(self, axis=None, keepdim=False) -> Tensor:  # (of 16-bit floats, divided in float32: the sum may pass 65504)
     count = prod(self.shape[i] for i in self._axes(axis))
-    return (self._wide().sum(axis, keepdim) * (1 / count if count else math.nan)).cast(self._float().dtype)
+    return (self._float32_at_least().sum(axis, keepdim) * (1 / count if count else math.nan)).cast(self._float().dtype)
   @composite
   def softmax(self, axis=-1) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
     e = (self._float() - self.max(axis, keepdim=True).detach()).exp()
@@ -1654,12 +1665,12 @@ class Tensor:
     total = (self - m).exp().sum(axis, keepdim)
     return total.log() + m.reshape(total.shape)
   def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor:  # ints and bools multiply in int64, as in torch
-    return (self.cast(dtype) if dtype is not None else self._widened())._reduce(Ops.MUL, axis, keepdim)
+    return (self.cast(dtype) if dtype is not None else self._int64_if_narrow())._reduce(Ops.MUL, axis, keepdim)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   @composite
   def var(self, axis=None, keepdim=False, correction=1) -> Tensor:  # (of 16-bit floats, in float32, as mean)
-    n, x = prod(self.shape[i] for i in self._axes(axis)), self._wide()
+    n, x = prod(self.shape[i] for i in self._axes(axis)), self._float32_at_least()
     squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
     return squares.div(max(0, n - correction)).cast(self._float().dtype)
   def std(self, axis=None, keepdim=False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
@@ -1701,18 +1712,20 @@ class Tensor:
     if n <= block:
       upto = Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril()  # [i, j]: j <= i, what output i reduces
       return back(upto.where(x.unsqueeze(-2), fill)._reduce(op, -1, False))
-    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)  # (..., n/16, 16)
+    # padded up to whole blocks (-n % block more), as (..., n/16, 16)
+    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
     within = blocks._scan(op, -1)
-    # each block's start: the scan of the blocks' totals shifted one on (1 padded before, 1 cut after): the first's fill
+    # each block's start: the scan of the blocks' totals shifted one on (a pad of 1 before, of -1, a cut, after): the
+    # first's is the fill
     start = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
     return back(within._alu(op, start.unsqueeze(-1)).flatten(-2)[..., :n])
-  def _widened(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
+  def _int64_if_narrow(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
     narrower = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
     return self.cast(dtypes.int64) if narrower else self
   @composite
-  def cumsum(self, axis=0) -> Tensor: return self._widened()._scan(Ops.ADD, axis)
+  def cumsum(self, axis=0) -> Tensor: return self._int64_if_narrow()._scan(Ops.ADD, axis)
   @composite
-  def cumprod(self, axis=0) -> Tensor: return self._widened()._scan(Ops.MUL, axis)
+  def cumprod(self, axis=0) -> Tensor: return self._int64_if_narrow()._scan(Ops.MUL, axis)
   def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
     """The running max, and where it was last met, as torch's."""
     if not self.ndim: return self._scan(Ops.MAX, axis), Tensor(0, dtypes.int32, self.device)
@@ -2097,7 +2110,7 @@ class Tensor:
     n1, n2 = self.ndim, w.ndim
     if n1 == 0 or n2 == 0: raise ShapeError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
     shared = -2 if n2 > 1 else -1  # w's dim that meets x's last: its rows (w: (..., K, N)), or its only one
-    gap = (1,) * (n1 > 1 and n2 > 1)  # both matrices: a 1 in x for w's columns, in w for x's rows
+    gap = (1,) if n1 > 1 and n2 > 1 else ()  # both matrices: a 1 in x for w's columns, in w for x's rows
     if self.shape[-1] != w.shape[shared]:
       raise ShapeError(f"matmul shapes {self.shape} and {w.shape} don't match on the shared dim")
     x = self.reshape(self.shape[:-1] + gap + self.shape[-1:])  # a matrix x: (..., M, 1, K)
@@ -2135,11 +2148,11 @@ class Tensor:
     if any(v <= 0 for v in out): raise ShapeError(f"a kernel {tuple(kernel)} is larger than the (padded) input {size}")
     x = self
     for i in reversed(range(dims)):  # dim p becomes (kernel, out)
-      p, n, k, s, d, o = lead + i, size[i], kernel[i], stride[i], dilation[i], out[i]
-      row = d + n * max(1, cdiv(o * s - d, n))  # at least o*s long, and d (mod n): row j starts j*d into the input
+      p, n, k, step, dil, o = lead + i, size[i], kernel[i], stride[i], dilation[i], out[i]  # (dim p, of size n)
+      row = dil + n * max(1, cdiv(o * step - dil, n))  # at least o*step long, and dil (mod n): row j starts j*dil in
       x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)  # repeated
-      x = x._along(p, 0, k * row).unflatten(p, (k, row))  # k rows: kernel place j reads from j*d on
-      x = x._along(p + 1, 0, o * s).unflatten(p + 1, (o, s))  # each row cut into o steps of s
+      x = x._along(p, 0, k * row).unflatten(p, (k, row))  # k rows: kernel place j reads from j*dil on
+      x = x._along(p + 1, 0, o * step).unflatten(p + 1, (o, step))  # each row cut into o steps
       x = x._along(p + 2, 0, 1).squeeze(p + 2)  # a step's first element: (kernel, out) at p, p + 1
     outs, kernels = [lead + 2 * i + 1 for i in range(dims)], [lead + 2 * i for i in range(dims)]
     return x.permute(*range(lead), *outs, *kernels)
@@ -2364,11 +2377,11 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    # equal graphs are one node (zeros(3); a * 2 built twice): a leaf that isn't a buffer's view, and that no
-    # trainable tensor's graph reaches (on_grad_paths, below), gets a buffer of its own, or its gradient would be the
-    # others' too
+    # equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a buffer's view, and whose graph
+    # reads no trainable tensor (reading_trainable, below), gets a buffer of its own (its node changes), or its
+    # gradient would be the others' too
     if value:
-      if _held_in(self.uop).op is not Ops.BUFFER and not on_grad_paths([self.uop]): self.uop = self._owned().uop
+      if _held_in(self.uop).op is not Ops.BUFFER and not reading_trainable([self.uop]): self.uop = self._owned().uop
       Tensor._trainable[id(self)] = self
       trainable_nodes.add(_held_in(self.uop))
     else: Tensor._trainable.pop(id(self), None)
@@ -2419,7 +2432,7 @@ class Tensor:
     written = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # the view of the buffer written
     Tensor._realize_readers({written.src[0]}, self, x)
     value = x.uop
-    # (the same write, built and done before, is this very node: hash-consing. It is to be done again, not found done)
+    # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
     # x's graph reads the buffer being written: the tensor x, changed in place, becomes a copy of its value now (made
     # only if x is read), unless x is a buffer itself (its own assign, or a whole buffer)
@@ -2427,22 +2440,26 @@ class Tensor:
       x.uop = self.clone().uop
     return self
   @staticmethod
+  def _alive() -> list[Tensor]:  # the tensors alive, in the order made; the dead references go from Tensor._live
+    live, alive = {}, []
+    for k, ref in Tensor._live.items():
+      if (t := ref()) is None: continue
+      live[k] = ref
+      alive.append(t)
+    Tensor._live = live
+    return alive
+  @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor):
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     - one whose graph reads such a buffer: realized now (a view of one: copied first);
     - one that is such a buffer, whole: left as it is, it holds what is written; unless its node is a skipped
       tensor's too (two LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then
-      copied, so that each holds its own.
-    The same walk drops the dead references from Tensor._live."""
-    live, readers, skipped = {}, [], {id(s) for s in skip}
-    skipped_nodes = {s.uop for s in skip}
-    for k, ref in Tensor._live.items():  # (in the order made, so that a step's plan is found again on the next)
-      if (t := ref()) is None: continue
-      live[k] = ref
-      if k in skipped or buffers.isdisjoint(t.uop.buffers): continue
+      copied, so that each holds its own."""
+    readers, skipped, skipped_nodes = [], {id(s) for s in skip}, {s.uop for s in skip}
+    for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
+      if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
       holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in skipped_nodes
       if not holds: readers.append(t)
-    Tensor._live = live
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
@@ -2455,12 +2472,12 @@ class Tensor:
       bufs = plan.run(buffers, device)
       def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
       for r, view in plan.writes.items(): remember(nodes[r], bound(view))  # each assign: done
-      on_paths = on_grad_paths([t.uop for t, view in zip(group, plan.roots) if view is not None])
+      trained_from = reading_trainable([t.uop for t, view in zip(group, plan.roots) if view is not None])
       for t, view in zip(group, plan.roots):
         if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
         else:
           held = bound(view)
-          if t.uop in on_paths and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
+          if t.uop in trained_from and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
             held.__dict__["computed_from"] = t.uop  # (the gradient walk goes on through it: see computed_from)
           t.uop = remember(t.uop, held)
     return self
@@ -2556,10 +2573,9 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if (origin := computed_from(u)) is not None: return (origin,)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
-  # before is the node's own whole view (no move made it): the gradient goes to the node itself, unless it is a BUFFER,
-  # whose tensor is that view
-  if st.move is None and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
-  return (UOp(Ops.VIEW, u.dtype, u.src, st),)
+  whole = st.move is None  # u's last move was applied to the node's own whole view
+  if whole and u.src[0].op is not Ops.BUFFER: return (u.src[0],)  # to the node itself (a BUFFER's tensor is its view)
+  return (UOp(Ops.VIEW, u.dtype, u.src, st),)  # to the view before the last move
 
 # Two walks below follow different sources. The gradient walk (_grad_sources) follows where a gradient flows: a view to
 # the view before its last move, a realized result to what it was computed from. The walk that asks whether a graph
@@ -2572,7 +2588,7 @@ trainable_nodes: weakref.WeakSet = weakref.WeakSet()
 def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into a view of one, holds
   if u.op is Ops.ASSIGN: u = u.src[0]
   return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
-def on_grad_paths(roots:list[UOp]) -> set[UOp]:
+def reading_trainable(roots:list[UOp]) -> set[UOp]:
   """The roots whose graphs read a tensor requiring grad: through their sources, and what a realized node was computed
   from. It may find more than gradients reach (a detached view's graph). Each walk stops at the first it finds and
   builds no view its moves went through, so a model step's realize doesn't walk what made its weights."""
@@ -2601,8 +2617,11 @@ def _grad_node(u:UOp) -> UOp: return computed_from(u) or u  # where a tensor's g
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
   from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
-  found: dict[UOp, tuple[UOp, ...]] = {}  # every node the gradients flow through, sources first: its _grad_sources
-  order = {u: found[u] for u in postorder([root.uop], lambda u: found.setdefault(u, _grad_sources(u)))}
+  found: dict[UOp, tuple[UOp, ...]] = {}  # every node the gradients flow through -> its _grad_sources
+  def sources(u:UOp) -> tuple[UOp, ...]:
+    found[u] = _grad_sources(u)
+    return found[u]
+  order = {u: found[u] for u in postorder([root.uop], sources)}  # (sources first)
   on_path = set(targets)  # the nodes some target is reached through (the targets too)
   for u, sources in order.items():
     if any(s in on_path for s in sources): on_path.add(u)
@@ -3047,6 +3066,7 @@ def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[S
 # again, it would write twice).
 def realized_view(u:UOp) -> UOp|None:
   if (ref := u.__dict__.get("realized")) is None: return None
+  # in a capture, a node realized outside it is computed again, so that the replay computes it from its own inputs
   if capturing.now is not None and u not in capturing.now.computed and u.op is not Ops.ASSIGN: return None
   return ref()
 def remember(u:UOp, view:UOp) -> UOp:
@@ -3282,8 +3302,8 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
     tries = [] if alone else reads_from + list(range(len(groups)))  # the groups it reads first, then any
     i = next((j for j in tries if fits(j)), None)
     if i is None: groups.append([r])
-    else:  # joined, and moved to run after last_read (popped from before it, it lands just past it)
-      j = max(i, last_read)
+    else:  # joined, and moved to run after last_read: popping i, before it, shifts last_read down one, so inserting
+      j = max(i, last_read)  # at last_read lands just past it
       groups.insert(j, groups.pop(i))
       groups[j].append(r)
   return groups
@@ -3594,8 +3614,9 @@ def _log2(x:UOp) -> UOp:
 
 def _sin(x:UOp) -> UOp:
   """sin(x) = ±sin(r) or ±cos(r) by the quadrant q of x = q*pi/2 + r (sin is odd: |x| is reduced, the sign put back),
-  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _payne_hanek finds q and r exactly, for every
-  float up to 3.4e38. inf and nan give nan."""
+  r as hi + lo for the polynomials. |x| < pi/4 is r itself; past it, _payne_hanek (in the last section: bit-exact
+  integer arithmetic a first reading can skip) finds q and r exactly, for every float up to 3.4e38. inf and nan give
+  nan."""
   bits = x.bitcast(dtypes.int)
   mag = bits & 0x7FFFFFFF
   ax = mag.bitcast(dtypes.float)
@@ -3611,71 +3632,6 @@ def _sin(x:UOp) -> UOp:
   sign = ((q << 30) & -2**31).alu(Ops.XOR, bits & -2**31)
   signed = y.bitcast(dtypes.int).alu(Ops.XOR, sign).bitcast(dtypes.float)
   return (mag < 0x7F800000).where(signed, x.const_like(math.nan))
-
-# the bits of 2/pi after the point, 32 to a word, after a word of zeros (a window that starts before the point reads 0s)
-two_over_pi = [0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB]
-
-def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
-  """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
-  for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
-  d = _times_two_over_pi(mag)
-  # d's 8 digits of 12 bits: d[7]'s top 2 are q, the 70 below are f, as ints of 22, 24 and 24 bits
-  a, b, c = ((d[7] & 0x3FF) << 12) | d[6], (d[5] << 12) | d[4], (d[3] << 12) | d[2]
-  up = a.const_like(2**21 - 1) < a  # a's top bit, f >= 1/2: the next quadrant, at f - 1, kept as 2**70 - f
-  q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
-  # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
-  borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
-  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)  # (b or c is not 0)
-  def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
-    return up.where((x.const_like(1 << bits) - x - borrow) & ((1 << bits) - 1), x)
-  hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
-  return q, up.where(-hi, hi), up.where(-lo, lo)
-
-def _times_two_over_pi(mag:UOp) -> list[UOp]:
-  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from its bit e-1 after the point on (earlier ones make
-  multiples of 4, later ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod
-  2**96, whose top 2 bits are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two
-  digits is exact in int32."""
-  # bit e-1 of 2/pi (e = field - 150) is the table's bit field - 152 + 32 (it starts with a word of zeros): field - 120
-  m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
-  word, shift = start >> 5, start & 31
-  def pick(j:int) -> UOp:  # the table's word + j: a select for each word 0..3, else 4 (the largest exponents')
-    out = mag.const_like(two_over_pi[4 + j])
-    for i in range(3, -1, -1):
-      out = word.alu(Ops.CMPEQ, word.const_like(i)).where(mag.const_like(two_over_pi[i + j]), out)
-    return out
-  t = [pick(j) for j in range(4)]
-  # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
-  # logical shift, which is 0 at shift 0)
-  ws = [(t[j] << shift) | (((t[j + 1] >> 1) & 0x7FFFFFFF) >> (shift.const_like(31) - shift)) for j in (2, 1, 0)]
-  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W; one that straddles two words takes its top bits from the next
-    i, o = divmod(bit, 32)
-    low = (ws[i] >> o) & min(0xFFF, (1 << (32 - o)) - 1)
-    return low if o <= 20 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))  # (o <= 20: inside word i)
-  w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
-  d, carry = [], m.const_like(0)
-  for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
-    v = m0 * w[c] + carry if c == 0 else m0 * w[c] + m1 * w[c - 1] + carry
-    d.append(v & 0xFFF)
-    carry = v >> 12
-  return d
-
-def _times_half_pi(a:UOp, b:UOp, c:UOp) -> tuple[UOp, UOp]:
-  """f = a*2**-22 + b*2**-46 + c*2**-70 (ints of 22, 24, 24 bits) times pi/2, as two floats: f first as two floats
-  (from b where a is 0: f < 2**-22 keeps its precision), then each product of its first 12 bits, or the rest, with
-  pi/2's first 12 bits is exact (so a fused multiply-add can't change it), and the other products are corrections."""
-  zero = a.alu(Ops.CMPEQ, a.const_like(0))
-  def scaled(small:UOp, big:UOp, e:int) -> UOp:  # big * 2**e, or small * 2**(e-24) where a is 0
-    return zero.where(small, big).cast(dtypes.float) * zero.where(UOp.const(dtypes.float, 2.0**(e - 24)),
-                                                                   UOp.const(dtypes.float, 2.0**e))
-  first, second = scaled(b, a, -22), scaled(c, b, -46)
-  f = first + second
-  f_lo = second - (f - first)  # f + f_lo is first + second exactly (Fast2Sum: |first| >= |second|)
-  f_hi = (f.bitcast(dtypes.int) & -4096).bitcast(dtypes.float)  # f's first 12 bits; f - f_hi is exact
-  # pi/2 = 1.5703125 (12 bits) + 0.00048382679...
-  head, tail = f_hi * 1.5703125, (f - f_hi) * 1.5703125 + (f * 0.0004838267923332751 + f_lo * 1.5707963705062866)
-  hi = head + tail
-  return hi, tail - (hi - head)
 
 transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin}
 
@@ -3792,21 +3748,22 @@ def launch_opts(sink:UOp, opts:tuple[Opt, ...], target:Target) -> tuple[UOp, tup
 def apply_opt(sink:UOp, opt:Opt) -> UOp:
   if opt.kind is AxisType.WARP: return on_tensor_cores(sink, opt.core)
   n = opt.axis.size
-  # the outer part keeps the range's id, and so its place among the loops: rows stay outside columns
-  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, cdiv(n, opt.amount)),), opt.axis.arg)
-  inner = new_range(opt.amount, opt.kind)
-  # a CPU thread takes one contiguous chunk; every other split puts its new range innermost (a GLOBAL opt of a whole
-  # range, tile_order's, makes it a new output loop inside the others)
-  expr = inner * cdiv(n, opt.amount) + outer if opt.kind is AxisType.THREAD else outer * opt.amount + inner
+  # kept: the part that keeps the range's id, and so its place among the loops (rows stay outside columns), of size
+  # n/amount; new: the opt's own range, of size amount
+  kept = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, cdiv(n, opt.amount)),), opt.axis.arg)
+  new = new_range(opt.amount, opt.kind)
+  # a CPU thread (new) takes one contiguous chunk; every other split puts its new range innermost (a GLOBAL opt of a
+  # whole range, tile_order's, makes it a new output loop inside the others)
+  expr = new * cdiv(n, opt.amount) + kept if opt.kind is AxisType.THREAD else kept * opt.amount + new
   sink = substitute(sink, {opt.axis: expr})
-  # a reduce over the split range runs over both of its parts (ranges() of outer*amount + inner: outer, then inner)
+  # a reduce over the split range runs over both of its parts (ranges() of the expression, in order)
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
   # an upcast's last vector may run past n: buffers are allocated in whole vectors of the widest width, so an access
   # at an aligned base + lane stays inside its allocation, and needs no gate (see lanes_and_tiles)
-  def spare(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, inner, opt.amount)
-  return simplify(guard(sink, expr < n, {outer, inner}, spare))
+  def spare(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, new, opt.amount)
+  return simplify(guard(sink, expr < n, {kept, new}, spare))
 
 def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms without it, each a multiple of width
   terms = addr.terms()
@@ -3965,8 +3922,8 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     for r in reversed(glob):
       # on the CPU the contiguous axis takes four vectors: 4x4 vector accumulators, half of AVX-512's 32 registers
       # (where b's columns are side by side: a b read transposed, and too small to pack, has them a row apart)
-      whole_vectors = r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r)
-      four_vectors = not target.gpu and whole_vectors and _side_by_side(sink, r)
+      fills_vectors = r is glob[-1] and r.size % (4 * w) == 0 and _unit_stride(sink, r)
+      four_vectors = not target.gpu and fills_vectors and _side_by_side(sink, r)
       n = 4 * w if four_vectors else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
@@ -4304,16 +4261,17 @@ def to_accumulators(sink:UOp) -> UOp:
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside the
   output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
   column of the row, is computed once a row."""
-  free, done, after = free_ranges(sink), {}, {}
+  free, done = free_ranges(sink), {}
+  written_by: dict[UOp, UOp] = {}  # a buffer the kernel stores into -> what a load of it waits for (see the end)
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
   # a store that varies with a reduce's ranges moves into its loop (see reread)
   in_loop = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}
   sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in in_loop.values())))
-  # acc's value after `after` has run: a loop's range (its iteration), or its END (done). The LOAD's second source is
+  # acc's value once `once` has run: a loop's range (its iteration), or its END (done). The LOAD's second source is
   # that dependency, not an address: an accumulator is a register
-  def read(acc:UOp, after:UOp) -> UOp: return UOp(Ops.LOAD, acc.dtype, (acc, after))
+  def read(acc:UOp, once:UOp) -> UOp: return UOp(Ops.LOAD, acc.dtype, (acc, once))
   for rs, us in groups.items():
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
@@ -4325,15 +4283,17 @@ def to_accumulators(sink:UOp) -> UOp:
                  for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in in_loop[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: read(a, body[0]) for a, u in zip(accs, us)})
-    after.update({st.buf: body[0] for st in in_loop[rs] if st.op is Ops.STORE})
+    written_by.update({st.buf: body[0] for st in in_loop[rs] if st.op is Ops.STORE})
   sink = substitute(sink, done)
-  # a load of a buffer the kernel stores values into (see reread) reads a BARRIER of the buffer after those stores (or
-  # after the loop they are in), so linearize places it after them; and after a store outside loops, unless its own
-  # value loads the buffer: that load can't wait for its store
+  # A load of a buffer the kernel stores values into (see reread) reads a BARRIER(buffer, what it waits for), so that
+  # linearize places it after:
+  # - stores in a reduce's loop: that loop (its END);
+  # - a store outside loops: the store, unless its own value loads the buffer (that load can't wait for its store).
   def reads_itself(st:UOp) -> bool: return any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)
-  after |= {st.buf: st for st in sink.src if st.op is Ops.STORE and st.buf not in after and not reads_itself(st)}
-  return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, after[x.buf])),) + x.src[1:])
-                           for x in sink.toposort if x.op is Ops.LOAD and x.buf in after})
+  written_by |= {st.buf: st for st in sink.src
+                 if st.op is Ops.STORE and st.buf not in written_by and not reads_itself(st)}
+  return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, written_by[x.buf])),) + x.src[1:])
+                           for x in sink.toposort if x.op is Ops.LOAD and x.buf in written_by})
 
 def _in_float(u:UOp) -> UOp|None:
   if u.dtype != dtypes.bfloat16 and all(s.dtype != dtypes.bfloat16 for s in u.src): return None
@@ -4392,7 +4352,10 @@ def stream(sink:UOp, target:Target) -> UOp:
 
 def linearize(sink:UOp) -> list[UOp]:
   """Order the graph into one list: a topological sort that places each node in the innermost loop it needs, opens
-  loops as late and closes them as early as it can, so loop-invariant work stays outside."""
+  loops as late and closes them as early as it can, so loop-invariant work stays outside. First, the loops each node
+  needs: enclosing(r) is loop r and every loop it runs inside (the loop it nests in, the loops its accumulators live
+  in); scope[u] is the loops u's sources need, with u's own if it is one; need[u] is scope[u] in the order they nest.
+  Then the walk: emit what the open loops allow, close a loop when its work is done, else open the next one needed."""
   order = sink.toposort
   # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
   parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
@@ -4690,14 +4653,16 @@ string_rules = PatternMatcher(vector_rules + [
   (UPat(Ops.CONST, name="u"), lambda ctx, u: _fmt_const(ctx, u.arg, u.dtype)),
   (UPat((Ops.MUL, Ops.IDIV, Ops.MOD), src=(UPat.var("a"), UPat.cvar("b")), name="u"), _by_shift),
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=(dtypes.int, dtypes.long), name="u"), _wrapping),
-  (UPat(Ops.MOD, dtype=(dtypes.float, dtypes.double), src=(UPat.var("a"), UPat.var("b"))),  # exact: C's fmod (and
-    lambda ctx, a, b: f"fmod({ctx[a]},{ctx[b]})"),                                          # C++'s and Metal's)
+  # a float's %: C's fmod, exact (C++'s and Metal's too)
+  (UPat(Ops.MOD, dtype=(dtypes.float, dtypes.double), src=(UPat.var("a"), UPat.var("b"))),
+    lambda ctx, a, b: f"fmod({ctx[a]},{ctx[b]})"),
   (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
   (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
     lambda ctx, u, a, b: _narrow(ctx, u, f"((({ctx[a]}<{ctx[b]})|({ctx[b]}!={ctx[b]}))?{ctx[b]}:{ctx[a]})")),
-  (UPat((Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.double, name="u"),  # C's double functions (a CPU's
-    lambda ctx, u: c_code_for_op[u.op](ctx[u.src[0]])),                               # table names float's)
+  # a double's: C's double functions (sqrt, exp2, ...), where the CPU dialect's table names float's (sqrtf, ...)
+  (UPat((Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.double, name="u"),
+    lambda ctx, u: c_code_for_op[u.op](ctx[u.src[0]])),
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
   (UPat(Ops.CAST, name="u"), _cast),
   (UPat(Ops.BITCAST, name="u"),
@@ -4971,7 +4936,8 @@ class Thread:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     end = max(addr, min(addr + lanes, size))  # lanes past the buffer's size hold no data (an empty slice at worst)
     inside = slice(addr * width, end * width)
-    return self.local[buf] if shared else self.bufs[buf.arg.slot], inside, buf.dtype
+    memory = self.local[buf] if shared else self.bufs[buf.arg.slot]
+    return memory, inside, buf.dtype
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
   # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, vals:dict):
@@ -5435,7 +5401,7 @@ class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Systems: what a reader of the compiler can skip. The CPU's worker pool (in C), the folders compiled kernels are kept
-# in, and the disk cache's files.
+# in, and the disk cache's files; sine's exact argument reduction; workarounds for one interpreter's speed.
 
 @functools.cache
 def compile_pool(pid:int) -> concurrent.futures.ThreadPoolExecutor:  # one a process: a forked child has no threads
@@ -5634,6 +5600,73 @@ def reuse_bytes() -> int:
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   if not getenv("LRU", 1): return 0
   return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20
+
+# Sine's argument reduction past pi/4 (see _sin): x = q*pi/2 + r, with r as hi + lo, exactly, in integer digits.
+
+# the bits of 2/pi after the point, 32 to a word, after a word of zeros (a window that starts before the point reads 0s)
+two_over_pi = [0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB]
+
+def _payne_hanek(mag:UOp) -> tuple[UOp, UOp, UOp]:
+  """Payne-Hanek: |x| = m * 2**e (m an int of 24 bits) times 2/pi, mod 4, is q (the quadrant) + f, exactly enough
+  for every float; rounded to the nearest quadrant, f is in [-1/2, 1/2] and r = f * pi/2, as hi + lo."""
+  d = _times_two_over_pi(mag)
+  # d's 8 digits of 12 bits: d[7]'s top 2 are q, the 70 below are f, as ints of 22, 24 and 24 bits
+  a, b, c = ((d[7] & 0x3FF) << 12) | d[6], (d[5] << 12) | d[4], (d[3] << 12) | d[2]
+  up = a.const_like(2**21 - 1) < a  # a's top bit, f >= 1/2: the next quadrant, at f - 1, kept as 2**70 - f
+  q = ((d[7] >> 10) + up.cast(dtypes.int)) & 3
+  # a digit of 2**70 - f borrows 1 from the one above it unless every digit below it is 0
+  borrow_c = c.alu(Ops.CMPNE, c.const_like(0)).cast(dtypes.int)
+  borrow_b = (b + borrow_c).alu(Ops.CMPNE, b.const_like(0)).cast(dtypes.int)  # (b or c is not 0)
+  def negated(x:UOp, borrow:UOp|int, bits:int) -> UOp:  # x's digit of 2**70 - f, where f rounds up
+    return up.where((x.const_like(1 << bits) - x - borrow) & ((1 << bits) - 1), x)
+  hi, lo = _times_half_pi(negated(a, borrow_b, 22), negated(b, borrow_c, 24), negated(c, 0, 24))
+  return q, up.where(-hi, hi), up.where(-lo, lo)
+
+def _times_two_over_pi(mag:UOp) -> list[UOp]:
+  """m * 2**e * 2/pi mod 4 needs only the 96 bits of 2/pi from its bit e-1 after the point on (earlier ones make
+  multiples of 4, later ones add less than 2**-70): the window W, picked from the table by the exponent. m * W mod
+  2**96, whose top 2 bits are q and the rest f, as 8 digits of 12 bits, least significant first: a product of two
+  digits is exact in int32."""
+  # bit e-1 of 2/pi (e = field - 150) is the table's bit field - 152 + 32 (it starts with a word of zeros): field - 120
+  m, start = (mag & 0x7FFFFF) | 0x800000, (mag >> 23) - 120
+  word, shift = start >> 5, start & 31
+  def pick(j:int) -> UOp:  # the table's word + j: a select for each word 0..3, else 4 (the largest exponents')
+    out = mag.const_like(two_over_pi[4 + j])
+    for i in range(3, -1, -1):
+      out = word.alu(Ops.CMPEQ, word.const_like(i)).where(mag.const_like(two_over_pi[i + j]), out)
+    return out
+  t = [pick(j) for j in range(4)]
+  # W's words, least significant first: a word shifted left, the next one's top bits shifted in (t >> 32 - shift, as a
+  # logical shift, which is 0 at shift 0)
+  ws = [(t[j] << shift) | (((t[j + 1] >> 1) & 0x7FFFFFFF) >> (shift.const_like(31) - shift)) for j in (2, 1, 0)]
+  def digit(bit:int) -> UOp:  # bits bit..bit+11 of W; one that straddles two words takes its top bits from the next
+    i, o = divmod(bit, 32)
+    low = (ws[i] >> o) & min(0xFFF, (1 << (32 - o)) - 1)
+    return low if o <= 20 else low | ((ws[i + 1] & ((1 << (o - 20)) - 1)) << (32 - o))  # (o <= 20: inside word i)
+  w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
+  d, carry = [], m.const_like(0)
+  for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
+    v = m0 * w[c] + carry if c == 0 else m0 * w[c] + m1 * w[c - 1] + carry
+    d.append(v & 0xFFF)
+    carry = v >> 12
+  return d
+
+def _times_half_pi(a:UOp, b:UOp, c:UOp) -> tuple[UOp, UOp]:
+  """f = a*2**-22 + b*2**-46 + c*2**-70 (ints of 22, 24, 24 bits) times pi/2, as two floats: f first as two floats
+  (from b where a is 0: f < 2**-22 keeps its precision), then each product of its first 12 bits, or the rest, with
+  pi/2's first 12 bits is exact (so a fused multiply-add can't change it), and the other products are corrections."""
+  zero = a.alu(Ops.CMPEQ, a.const_like(0))
+  def scaled(small:UOp, big:UOp, e:int) -> UOp:  # big * 2**e, or small * 2**(e-24) where a is 0
+    return zero.where(small, big).cast(dtypes.float) * zero.where(UOp.const(dtypes.float, 2.0**(e - 24)),
+                                                                   UOp.const(dtypes.float, 2.0**e))
+  first, second = scaled(b, a, -22), scaled(c, b, -46)
+  f = first + second
+  f_lo = second - (f - first)  # f + f_lo is first + second exactly (Fast2Sum: |first| >= |second|)
+  f_hi = (f.bitcast(dtypes.int) & -4096).bitcast(dtypes.float)  # f's first 12 bits; f - f_hi is exact
+  # pi/2 = 1.5703125 (12 bits) + 0.00048382679...
+  head, tail = f_hi * 1.5703125, (f - f_hi) * 1.5703125 + (f * 0.0004838267923332751 + f_lo * 1.5707963705062866)
+  hi = head + tail
+  return hi, tail - (hi - head)
 
 # Python 3.11 (3.12 has neither cost): an Enum class looks up every attribute through EnumType's __getattr__ hook, 0.1
 # us each, and passes ask for ops all the time, so the members go on a plain class of the same name; and
