@@ -218,10 +218,10 @@ class GroupOp:
 
 # the named args of kernel-level nodes
 class AxisType(Enum):  # (a plain class after import, as Ops)
-  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes (LOOP: a GPU row program's
-  columns, which each thread of the row's block loops over: see row_loops). A kernel's name lists its axes in this
-  order."""
-  THREAD = auto(); GLOBAL = auto(); LOOP = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
+  """What a kernel's range becomes: a loop or a launch dim, a block's threads, vector lanes. GLOBAL: an output range (a
+  launch dim on a GPU, a loop on the CPU); COLUMN: a GPU row program's columns, which each thread of the row's block
+  loops over (see row_loops). A kernel's name lists its axes in this order."""
+  THREAD = auto(); GLOBAL = auto(); COLUMN = auto(); LOCAL = auto(); GROUP = auto(); REDUCE = auto(); UPCAST = auto()
   UNROLL = auto()
   WARP = auto()  # (only an opt's kind: a matmul's tiles on a warp's tensor cores; its lanes are LOCAL)
 
@@ -252,7 +252,7 @@ class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (t
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
 def _fmod(a:float, b:float) -> float: return math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan  # C's
 def _int_mod(a:int, b:int) -> int: return a - b * _trunc_div(a, b) if b != 0 else 0  # C's %: the dividend's sign
-def _amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
+def _shift_amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
 def _safe(f):
   def g(*a):
     try: return f(*a)
@@ -274,7 +274,7 @@ python_alu: dict[Ops, Callable] = {
   Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else _int_mod(a, b),
   Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
   Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
-  Ops.SHL: lambda a, b: a << _amount(b), Ops.SHR: lambda a, b: a >> _amount(b),
+  Ops.SHL: lambda a, b: a << _shift_amount(b), Ops.SHR: lambda a, b: a >> _shift_amount(b),
   Ops.WHERE: lambda c, a, b: a if c else b}
 
 def exec_alu(op:Ops, dtype:DType, srcs:Sequence) -> Any: return truncate(dtype, python_alu[op](*srcs))
@@ -308,8 +308,8 @@ def arg_key(arg): return (float, repr(arg)) if isinstance(arg, float) else arg  
 
 def postorder(roots:Iterable[UOp], sources:Callable[[UOp], Sequence[UOp]],
               known:Callable[[UOp], bool]=lambda u: False) -> list[UOp]:
-  """The nodes the roots depend on, themselves too, each after its sources; a node known(u) says is known is left out,
-  and so is what only it reaches. Iterative: a long elementwise chain would overflow recursion."""
+  """The nodes the roots depend on, themselves too, each after its sources; the nodes for which known(u) is true are
+  left out, with what only they reach. Iterative: a long elementwise chain would overflow recursion."""
   order, seen, stack = [], set(), [(r, False) for r in reversed(list(roots))]
   while stack:
     u, done = stack.pop()
@@ -507,7 +507,7 @@ alu_bounds: dict[Ops, Callable] = {
   Ops.MOD: lambda a, b: _mod_bounds(a, b) if _positive_const(b) else None,
   # a compare's bounds are (always true, can be true), as False < True
   Ops.CMPLT: lambda a, b: (a[1] < b[0], a[0] < b[1]),
-  Ops.CMPNE: lambda a, b: (a[1] < b[0] or b[1] < a[0], not a[0] == a[1] == b[0] == b[1]),
+  Ops.CMPNE: lambda a, b: (a[1] < b[0] or b[1] < a[0], not (a[0] == a[1] == b[0] == b[1])),
   Ops.CMPEQ: lambda a, b: (a[0] == a[1] == b[0] == b[1], not (a[1] < b[0] or b[1] < a[0])),
   Ops.AND: lambda a, b: (a[0] and b[0], a[1] and b[1]) if isinstance(a[0], bool) else _and_bounds(a, b),
   Ops.SHR: lambda a, b: (a[0] >> b[1], a[1] >> b[0]) if a[0] >= 0 and b[0] >= 0 else None,
@@ -690,7 +690,8 @@ symbolic = PatternMatcher([
   (UPat(GroupOp.ALU, name="a"), lambda a: a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
     if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
   (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
-    lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),  # (scalars)
+    # (scalars: an operand's dtype, as a compare of vectors is a bool)
+    lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
   (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="u"), lambda u, c: u.const_like(_convert(u.dtype, c.arg))
     if u.dtype.count == 1 else None),
   # bools: + is or, * is and, - is the value itself (a bool holds n != 0). The bitwise ops are what every device's
@@ -949,19 +950,20 @@ def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   return tuple(max(s, default=1) for s in sizes)
 
 class EdgePad(NamedTuple):  # a pad mode that continues the values past an edge, with views and cat
-  most: Callable    # most(s): the largest pad a side of a dim of size s allows
-  pieces: Callable  # pieces(x, d, s, b, a): the views that go before and after dim d (size s), padded by b and a
+  most: Callable    # most(size): the largest pad a side of a dim of that size allows
+  pieces: Callable  # pieces(x, dim, size, before, after): the views that go before and after the dim
 
-EDGE_PADS: dict[str, EdgePad] = {
-  "reflect": EdgePad(lambda s: s - 1,  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
-                     lambda x, d, s, b, a: (x._along(d, 1, b + 1).flip(d), x._along(d, s - 1 - a, s - 1).flip(d))),
-  "replicate": EdgePad(lambda s: math.inf if s else 0,  # 0 0 0 | 0 1 2 3 | 3 3 3
-                       lambda x, d, s, b, a: (x._along(d, 0, 1).expand(*[b if i == d else -1 for i in range(x.ndim)]),
-                                              x._along(d, s - 1, s).expand(*[a if i == d else -1
-                                                                            for i in range(x.ndim)]))),
-  "circular": EdgePad(lambda s: s,  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
-                      lambda x, d, s, b, a: (x._along(d, s - b, s), x._along(d, 0, a))),
-}
+def _reflected(x, dim, size, before, after):  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
+  return x._along(dim, 1, before + 1).flip(dim), x._along(dim, size - 1 - after, size - 1).flip(dim)
+def _replicated(x, dim, size, before, after):  # 0 0 0 | 0 1 2 3 | 3 3 3
+  def edge(at:int, n:int): return x._along(dim, at, at + 1).expand(*[n if i == dim else -1 for i in range(x.ndim)])
+  return edge(0, before), edge(size - 1, after)
+def _around(x, dim, size, before, after):  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
+  return x._along(dim, size - before, size), x._along(dim, 0, after)
+
+EDGE_PADS = {"reflect": EdgePad(lambda size: size - 1, _reflected),
+             "replicate": EdgePad(lambda size: math.inf if size else 0, _replicated),
+             "circular": EdgePad(lambda size: size, _around)}
 
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
   return (v,) * dims if isinstance(v, int) else tuple(v)
@@ -1246,7 +1248,7 @@ class Tensor:
   @creates
   def randn(*shape, dtype=None, device=None) -> Tensor:
     u1, u2 = Tensor.rand(*shape, device=device), Tensor.rand(*shape, device=device)
-    # Box and Muller: sqrt(-2 ln u1) cos(2 pi u2), with 1 - u1 in (0, 1] (no log 0) and cos as sin a quarter on
+    # Box and Muller: sqrt(-2 ln u1) cos(2 pi u2), with 1 - u1 in (0, 1] (no log 0) and cos(t) as sin(t + pi/2)
     box_muller = ((1 - u1).log() * -2).sqrt().mul((u2 * (2 * math.pi) + math.pi / 2).sin())
     return box_muller.cast(dtype or dtypes.default_float)
   @creates
@@ -1761,6 +1763,7 @@ class Tensor:
     return (back(goes_to.where(a, 0).sum(-2).cast(self.dtype)),
             back(goes_to.where(steps.unsqueeze(-1), 0).sum(-2).cast(dtypes.int32)))
   def argsort(self, dim=-1, descending=False) -> Tensor: return self.sort(dim, descending)[1]
+  # (sorted_ is in tinygrad's signature: the result here is always sorted)
   def topk(self, k:int, dim=-1, largest=True, sorted_=True) -> tuple[Tensor, Tensor]:
     d = self._dim(dim)
     if not 0 <= k <= self.shape[d]: raise ValueError(f"topk's k={k} is out of range for dim {d} of shape {self.shape}")
@@ -1863,7 +1866,8 @@ class Tensor:
     return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
   def __getitem__(self, idx) -> Tensor:
     """numpy's indexing: ints, slices, None and ... are views; int tensors (or lists) pick elements (see _pick), and a
-    bool tensor picks those where it is True (the int tensors of its True places, read back: a shape of the data)."""
+    bool tensor picks those where it is True (the int tensors of its True places, read back to the host: the result's
+    shape depends on the data)."""
     idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else i
            for i in (idx if isinstance(idx, tuple) else (idx,))]
     ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
@@ -2068,7 +2072,9 @@ class Tensor:
     x = self
     for shift, dim in zip(shifts, dims):
       d = self._dim(dim)
-      if n := x.shape[d]: x = x._along(d, n - shift % n, n).cat(x._along(d, 0, n - shift % n), dim=d)
+      if (n := x.shape[d]) == 0: continue
+      cut = n - shift % n  # the last shift % n elements move to the front
+      x = x._along(d, cut, n).cat(x._along(d, 0, cut), dim=d)
     return x
   def unfold(self, dim:int, size:int, step:int) -> Tensor:  # dim becomes its windows of size, step apart; size last
     d = self._dim(dim)
@@ -2471,7 +2477,7 @@ class Tensor:
       plan = planned(key, nodes)
       bufs = plan.run(buffers, device)
       def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
-      for r, view in plan.writes.items(): remember(nodes[r], bound(view))  # each assign: done
+      for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))  # each assign: done
       trained_from = reading_trainable([t.uop for t, view in zip(group, plan.roots) if view is not None])
       for t, view in zip(group, plan.roots):
         if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
@@ -2756,6 +2762,7 @@ class ConvTranspose2d(Conv2d):  # its weight: (in, out // groups, *kernel), as t
   def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, output_padding=0, dilation=1,
                groups=1, bias=True):
     super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+    # (Conv2d's weight, (out, in // groups, ...), is replaced by one of this shape, its bound by in_channels)
     bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
     self.weight = parameter(Tensor.uniform(in_channels, out_channels // groups, *self.kernel_size, low=-bound,
                                            high=bound))
@@ -2928,7 +2935,7 @@ class Kernel:
   """One kernel of a plan, over slots."""
   ast: UOp          # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list[UOp]   # outputs first, then inputs, in PARAM order: Slot BUFFERs
-  stores: dict      # the row of each node it computes -> the view of the slot that holds it
+  stores: dict      # the entry of each node it computes -> the view of the slot that holds it
   why: str          # why its outputs are stored (kernel_outputs' words), for DEBUG=2
 
 @dataclass
@@ -2949,13 +2956,13 @@ class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer i
   index: int
   size: int
 
-class Computed(NamedTuple):  # a row of a structure: a node computed from earlier rows
+class Computed(NamedTuple):  # an entry of a structure: a node computed from earlier entries
   op: Ops
   dtype: DType
   arg: Any  # as a key: -0.0, 0.0 and nan apart
   srcs: tuple[int, ...]
 
-class Read(NamedTuple):  # a row of a structure: a view of one of the graph's buffers, read from memory
+class Read(NamedTuple):  # an entry of a structure: a view of one of the graph's buffers, read from memory
   dtype: DType
   slot: int  # which buffer: the walk numbers them in the order it meets them
   size: int
@@ -2963,32 +2970,32 @@ class Read(NamedTuple):  # a row of a structure: a view of one of the graph's bu
 
 class Structure(NamedTuple):  # what a plan is made for, and found by
   device: str
-  rows: tuple[Computed|Read, ...]
+  entries: tuple[Computed|Read, ...]
   roots: tuple[int, ...]
 
 def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], list[UOp]]:
-  """The graph as a plan sees it, in one walk that builds no nodes: a row for each node, its sources by row number. A
-  result realized before is read from its buffer (the walk stops there). Graphs of one structure have equal rows,
-  whatever buffers they hold. Also returned: the buffers by slot, and the nodes by row."""
+  """The graph as a plan sees it, in one walk that builds no nodes: an entry for each node, its sources by entry number.
+  A result realized before is read from its buffer (the walk stops there). Graphs of one structure have equal entries,
+  whatever buffers they hold. Also returned: the buffers by slot, and the nodes by entry."""
   slots: dict[Buffer, int] = {}
-  rows, nodes, row_of = [], [], {}  # row_of: node -> its row number
-  stack = [(r, False) for r in roots]  # (node, whether its sources have rows)
+  entries, nodes, entry_of = [], [], {}  # entry_of: node -> its entry number
+  stack = [(r, False) for r in roots]  # (node, whether its sources have entries)
   while stack:
     u, ready = stack.pop()
-    if u in row_of: continue
+    if u in entry_of: continue
     if ready:
       arg = u.arg.bare if u.op is Ops.VIEW else u.arg  # (a view's arg without the moves that made it)
-      rows.append(Computed(u.op, u.dtype, arg_key(arg), tuple(map(row_of.__getitem__, u.src))))
+      entries.append(Computed(u.op, u.dtype, arg_key(arg), tuple(map(entry_of.__getitem__, u.src))))
     else:
       view = u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)
       if view is None:  # computed: its sources first
         stack += [(u, True)] + [(s, False) for s in u.src]
         continue
       b = view.src[0].arg
-      rows.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
-    row_of[u] = len(nodes)
+      entries.append(Read(view.dtype, slots.setdefault(b, len(slots)), b.size, view.arg.bare))
+    entry_of[u] = len(nodes)
     nodes.append(u)
-  return Structure(device, tuple(rows), tuple(row_of[r] for r in roots)), list(slots), nodes
+  return Structure(device, tuple(entries), tuple(entry_of[r] for r in roots)), list(slots), nodes
 
 @dataclass
 class Plan:
@@ -2998,7 +3005,7 @@ class Plan:
   items: list[Kernel]                 # the kernels, in the order they run
   new_slots: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   roots: list[UOp|None]               # the view of the slot that holds each root; None: read from memory already
-  writes: dict[int, UOp]              # each assign's row -> the view it writes: realize() notes it done, as the roots
+  writes: dict[int, UOp]              # each assign's entry -> the view it writes: realize() notes it done, as the roots
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
   def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
     """Launches the kernels on a graph's own buffers and new ones it makes: all of them, by slot."""
@@ -3021,31 +3028,31 @@ def planned(key:Structure, nodes:list[UOp]) -> Plan:
 def plan(key:Structure, nodes:list[UOp]) -> Plan:
   """The kernels for every graph of this structure (these nodes have it), in steps: the graph over slots (the graph's
   own buffers), its big reduces split and its matmuls' b packed, the nodes stored and what each kernel reads, a slot
-  for each stored node after the graph's own, the kernels. What each kernel stores is named by its row."""
-  graph = over_slots(key, nodes)
-  sink = UOp(Ops.SINK, None, tuple(graph[i] for i in key.roots))
+  for each stored node after the graph's own, the kernels. What each kernel stores is named by its entry."""
+  slotted = over_slots(key, nodes)  # a node for each entry
+  sink = UOp(Ops.SINK, None, tuple(slotted[i] for i in key.roots))
   became: dict[UOp, UOp] = {}  # each node of the graph -> the node it is after its reduces are split and packed
   def split_and_pack(u:UOp, new:UOp) -> UOp:
     became[u] = pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS else new
     return became[u]
   split = rebuild(sink, split_and_pack)
-  why, has_reduce = kernel_outputs(split)  # the nodes stored, each with why
-  reads = kernel_inputs(split, why)
-  first_new = len({r.slot for r in key.rows if isinstance(r, Read)})  # (the graph's own buffers come first)
+  reasons, has_reduce = kernel_outputs(split)  # the nodes stored, each with why
+  reads = kernel_inputs(split, reasons)
+  first_new = len({r.slot for r in key.entries if isinstance(r, Read)})  # (the graph's own buffers come first)
   stored = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
   views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_new + i, prod(u.shape))),),
                   ShapeTracker.contiguous(u.shape)) for i, u in enumerate(stored)}
   views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
-  row_of = {became[u]: i for i, u in enumerate(graph)}  # (split and packed) node -> its row
-  items = [_kernel(g, views, why, row_of) for g in group_outputs(reads, has_reduce)]
-  stored_at = {r: view for item in items for r, view in item.stores.items()}  # row -> the slot view that holds it
+  entry_of = {became[u]: i for i, u in enumerate(slotted)}  # (split and packed) node -> its entry
+  items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(reads, has_reduce)]
+  stored_at = {r: view for item in items for r, view in item.stores.items()}  # entry -> the slot view that holds it
   return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in stored],
               roots=[stored_at.get(r) for r in key.roots],
-              writes={r: view for r, view in stored_at.items() if graph[r].op is Ops.ASSIGN})
+              writes={r: view for r, view in stored_at.items() if slotted[r].op is Ops.ASSIGN})
 
-def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each row, reading buffers as slots
+def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each entry, reading buffers as slots
   graph: list[UOp] = []
-  for r, u in zip(key.rows, nodes):
+  for r, u in zip(key.entries, nodes):
     if u.op is Ops.POW: graph.append(graph[r.srcs[-1]])  # its value: kernels compute that
     elif isinstance(r, Computed):
       graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
@@ -3153,7 +3160,8 @@ LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores d
 
 class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the sources it fuses (those not stored)
   reduce: bool            # a reduce is among them
-  pending: tuple|str|None  # a reduce not broadcast back yet: the shape of its rows, or NOT_ROWS (see _pending)
+  pending: bool           # a reduce not broadcast back yet (see _pending)
+  row_shape: tuple|None   # where that is one row reduce (over the last axes), the shape of its rows
   cost: int               # of one element
   row_reduces: frozenset  # the row reduces kept in its kernel
 
@@ -3189,14 +3197,14 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
     for u in order:
       srcs = [fused[s] for s in u.src if s not in stored]
       own = alu_costs.get(u.op, 1) if u.op in GroupOp.ALU and u not in index_math else 0  # (index math is free)
-      f = fused[u] = Fused(reduce=u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs),
-                           pending=_pending(u, [s.pending for s in srcs]), cost=own + sum(s.cost for s in srcs),
+      pending, row_shape = _pending(u, srcs)
+      f = fused[u] = Fused(reduce=u.op is Ops.REDUCE_AXIS or any(s.reduce for s in srcs), pending=pending,
+                           row_shape=row_shape, cost=own + sum(s.cost for s in srcs),
                            row_reduces=frozenset().union(*[s.row_reduces for s in srcs]))
       if u.op is Ops.REDUCE_AXIS:  # a row reduce fused under a reduce over other axes: stored, and the walk runs again
         store_next |= {k: "reduce" for k in f.row_reduces if _reduce_space(k) != _reduce_space(u)}
       if u in stored or u.op is Ops.SINK: continue
       readers = _readers(u, consumers, asked, place)
-      row_shape = None if f.pending == NOT_ROWS else f.pending  # a pending row reduce's rows, else None
       broadcast_back = row_shape is not None and all(_own_rows(c, row_shape) for c in consumers[u])  # over its own rows
       again_cost = prod(row_shape or ()) * f.cost * (len(readers) - 1)  # reducing the rows again in each other reader
       cheap_again = row_shape is not None and again_cost < LAUNCH_COST and \
@@ -3206,7 +3214,7 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
         continue
       spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg))
                                        for c in readers)  # read by several, reduced again, or broadcast
-      if f.pending is not None and spread: stored[u] = "reduce"  # (any reduce pending, over rows or not)
+      if f.pending and spread: stored[u] = "reduce"  # (any reduce pending, over rows or not)
       elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: stored[u] = "dear"
     if not store_next: return stored, {u: f.reduce for u, f in fused.items()}
     asked |= store_next
@@ -3242,20 +3250,19 @@ def _reads_moved(a:UOp) -> bool:
 def _reduce_space(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
   return r.src[0].shape, tuple(sorted(r.arg.axes))
 
-NOT_ROWS = "not rows"  # a pending reduce that isn't one row reduce (several, or not over the last axes)
-
-def _pending(u:UOp, srcs:list[tuple|str|None]) -> tuple|str|None:
-  """The reduce pending at u, not broadcast back yet (Fused.pending): None, the shape of its rows, or NOT_ROWS."""
-  if u.op is Ops.VIEW and srcs and srcs[0] not in (None, NOT_ROWS) and _own_rows(u, srcs[0]): return None  # done
+def _pending(u:UOp, srcs:list[Fused]) -> tuple[bool, tuple|None]:
+  """Whether a reduce is pending at u, not broadcast back yet, from what its fused sources hold; and, where it is one
+  row reduce (not several, over the last axes), the shape of its rows."""
+  if u.op is Ops.VIEW and srcs and srcs[0].row_shape is not None and _own_rows(u, srcs[0].row_shape):
+    return False, None  # broadcast back: done
   if u.op is Ops.REDUCE_AXIS:
     axes, shape = sorted(u.arg.axes), u.src[0].shape
     over_last = axes == list(range(len(shape) - len(axes), len(shape)))
-    nothing_below = all(s is None for s in srcs)  # (a source stored to memory holds no pending reduce)
-    return shape if over_last and nothing_below else NOT_ROWS
-  held = {s for s in srcs if s is not None}
-  if not held: return None        # no reduce pending
-  if len(held) == 1: return held.pop()  # one, over rows of this shape
-  return NOT_ROWS                 # several, over rows that differ
+    nothing_below = not any(s.pending for s in srcs)  # (a source stored to memory holds no pending reduce)
+    return True, (shape if over_last and nothing_below else None)
+  held = {s.row_shape for s in srcs if s.pending}
+  if not held: return False, None  # no reduce pending
+  return True, (held.pop() if len(held) == 1 else None)  # one, over rows of this shape; or several that differ
 
 def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.arg) and c.shape == row
 
@@ -3308,14 +3315,14 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       groups[j].append(r)
   return groups
 
-def _kernel(outs:list[UOp], views:dict[UOp, UOp], why:dict[UOp, str], row_of:dict[UOp, int]) -> Kernel:
+def _kernel(outs:list[UOp], views:dict[UOp, UOp], reasons:dict[UOp, str], entry_of:dict[UOp, int]) -> Kernel:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs. What
-  it stores is named by its row (none for a node the plan made: a split's partial results, a packed b)."""
+  it stores is named by its entry (none for a node the plan made: a split's partial results, a packed b)."""
   ctx = KernelContext(outs, views, [], {})
   params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
-  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {row_of[o]: views[o] for o in outs if o in row_of},
-                ",".join(dict.fromkeys(why[o] for o in outs)))
+  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {entry_of[o]: views[o] for o in outs if o in entry_of},
+                ",".join(dict.fromkeys(reasons[o] for o in outs)))
 
 @dataclass
 class KernelContext:
@@ -3647,7 +3654,7 @@ def row_loops(sink:UOp) -> UOp:
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   if not reduces or _nested(sink): return sink
   cols = set(ranges(sink, AxisType.GLOBAL)) - set().union(*[free[u] for u in reduces])
-  return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.LOOP)) for r in cols})
+  return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.COLUMN)) for r in cols})
 
 def reread(sink:UOp, target:Target) -> UOp:
   """A row program computes a costly value twice: once in a reduce's loop, again for the row's outputs (a softmax
@@ -3695,7 +3702,7 @@ def _reread(st:UOp, u:UOp, value:UOp, shared:dict[UOp, UOp], row_ranges:set[UOp]
   if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
     buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))  # (named by its loop)
     addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
-  in_loop = substitute(addr, {c: r for r, c in shared.items()})  # the address, the reduce's loop for the columns
+  in_loop = substitute(addr, {c: r for r, c in shared.items()})  # the address, the reduce's loop ranges for columns
   row = max(row_ranges, key=lambda r: r.arg.id)  # the innermost
   own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
   ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
@@ -3891,7 +3898,7 @@ def shared_reduces(sink:UOp, target:Target) -> list[Opt]:
   a long row of its own (a row softmax: a thread per row would read rows apart, uncoalesced)."""
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   inner = list(dict.fromkeys(u.src[-1] for u in sink.toposort if u.op is Ops.REDUCE))  # each reduce's innermost loop
-  if cols := ranges(sink, AxisType.LOOP):
+  if cols := ranges(sink, AxisType.COLUMN):
     block = min(target.local_max, 256, 1 << (cols[-1].size - 1).bit_length())  # (the power of two at or above its size)
     return [Opt(AxisType.GROUP, r, block) for r in inner] + [Opt(AxisType.LOCAL, cols[-1], block)]
   if not red: return []
@@ -3927,8 +3934,8 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
       n = 4 * w if four_vectors else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
-      # (a register tile: upcasts of at most two dims)
       enough_threads = not target.gpu or launched >= 2**16
+      # (a register tile: upcasts of at most two dims)
       if len(opts) < 2 and r.size % n == 0 and _reused(sink, r) and enough_threads and _may_be_lanes(sink, r):
         opts.append(Opt(AxisType.UPCAST, r, n))
   tile = bool(red and opts)  # (the upcasts made with a reduce are a tile's)
@@ -3962,7 +3969,7 @@ def _side_by_side(sink:UOp, r:UOp) -> bool:  # every load along r reads the next
     return simplify(substitute(addr, {x: x.const_like(v if x is r else 0) for x in addr.toposort if x.op is Ops.RANGE}))
   def step(addr:UOp) -> int|None:
     a, b = at(addr, 0), at(addr, 1)
-    return b.arg - a.arg if a.op is b.op is Ops.CONST else None
+    return b.arg - a.arg if a.op is Ops.CONST and b.op is Ops.CONST else None
   return all(step(x.addr) == 1 for x in sink.toposort if x.op is Ops.LOAD and r in x.addr.toposort)
 
 def local_opts(sink:UOp, target:Target) -> list[Opt]:
@@ -4030,7 +4037,8 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
   bufs = [Buffer(device, u.arg.size, u.dtype) for u in params(ast)]
   def timed(cands:list[tuple[UOp, tuple[Opt, ...]]]) -> list[Timed]:  # those that ran, fastest first
     progs = [finish(*launch_opts(s, opts, target), ast, target) for s, opts in cands]
-    fns = compile_pool(os.getpid()).map(lambda p: _tried(Device[device].program, p), progs)  # compiles side by side
+    # compiles side by side (a pool per process: a forked child has none of its parent's threads)
+    fns = compile_pool(os.getpid()).map(lambda p: _tried(Device[device].program, p), progs)
     times = [_tried(_time, fn, p, bufs) if fn else None for fn, p in zip(fns, progs)]
     ran = [Timed(t, s, opts, p) for (s, opts), p, t in zip(cands, progs, times) if t is not None]
     return sorted(ran, key=lambda c: c.time)
@@ -4042,7 +4050,9 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
     if not found or (beams and found[0].time >= beams[0].time): break
     beams = found
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
-  return beams[0].prog if beams and beams[0].time < _time(Device[device].program(prog), prog, bufs) else prog
+  if not beams: return prog
+  heuristic = _time(Device[device].program(prog), prog, bufs)
+  return beams[0].prog if beams[0].time < heuristic else prog
 
 def candidates(sink:UOp, target:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
@@ -4055,8 +4065,9 @@ def candidates(sink:UOp, target:Target) -> list[Opt]:
   # tensor cores first or never: their tiles take whole ranges
   cores = [] if any(r.kind not in (AxisType.GLOBAL, AxisType.REDUCE) for r in rs) else tensor_core_opts(sink, target)
   lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
-  blocks = target.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.LOOP) for r in rs)
-  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []), AxisType.LOOP: [AxisType.UPCAST],
+  blocks = target.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.COLUMN) for r in rs)
+  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []),
+           AxisType.COLUMN: [AxisType.UPCAST],
            AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if blocks else [])}
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
     if kind is AxisType.UPCAST: return r.size % n == 0 and lanes * n <= 64 and _may_be_lanes(sink, r)
@@ -4323,7 +4334,7 @@ def add_loops(sink:UOp) -> UOp:
   for r in reversed([r for r in ranges(sink) if r.kind in output_loops]): body = (UOp(Ops.END, None, (r,) + body),)
   return sink.replace(src=body)
 
-output_loops = (AxisType.GLOBAL, AxisType.LOOP)
+output_loops = (AxisType.GLOBAL, AxisType.COLUMN)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 6: stores past the cache, on CPUs that have them.
@@ -4421,8 +4432,9 @@ def linearize(sink:UOp) -> list[UOp]:
 # is rendered by a rule from its UOp; a value used once is inlined into its user, others get a named variable.
 
 class Names(dict):
-  """One render call's state, the text of each value so far, beside its dialect's tables: a renderer is shared by
-  every thread, so what one call writes lives here."""
+  """One render call's state: a dict of the text of each value so far (ctx[u], in the rules), which also reads as its
+  dialect (ctx.types, ctx.code_for_op, ...: attributes pass through to the Renderer), so a rule takes one ctx for
+  both. A renderer is shared by every thread, so what one call writes lives here."""
   def __init__(self, dialect:Renderer): self.dialect = dialect
   def __getattr__(self, name:str): return getattr(self.dialect, name)
 
@@ -4476,7 +4488,8 @@ class Renderer:
       for s in u.src: uses[s] += 1
     # an operand of ?: (or of a guard) is evaluated twice or not at all: it is named, never inlined
     named = {s for u in uops if _guarded(u) or u.op in (Ops.MAX, Ops.WHERE) for s in u.src}
-    names, counts, lines, indent, inlined = Names(self), defaultdict(itertools.count), [], 1, {}
+    names, counts, inlined = Names(self), defaultdict(itertools.count), {}
+    lines, indent = [], 1
     def fresh(prefix:str) -> str: return f"{prefix}{next(counts[prefix])}"
     for u in uops:
       if u.op in (Ops.PARAM, Ops.SPECIAL): names[u] = u.arg.name
@@ -5353,7 +5366,8 @@ class Replay:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
         made_here = i < l.output_count and b in call.made  # an output one of this call's plans allocated
-        (made if made_here else held).append(b)
+        if made_here: made.append(b)
+        else: held.append(b)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
     outputs = [b for b in made if b in returns]  # made anew by each replay
