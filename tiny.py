@@ -437,7 +437,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def terms(self, op:Ops=Ops.ADD) -> list[UOp]:  # a sum's terms (or an AND's conditions)
     return [t for s in self.src for t in s.terms(op)] if self.op is op else [self]
 
-  # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate])
+  # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate]).
+  # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see to_accumulators), and an accumulator's LOAD
+  # has no address: its second source is the loop iteration or END it reads the accumulator after
   @property
   def size(self) -> int: return self.src[0].arg  # RANGE, SPECIAL: how many values it takes
   @property
@@ -997,10 +999,10 @@ def composite(fn:Callable) -> Callable:
     key = tuple([(Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
                  for a in (*args, *kwargs.values())]) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
     # (the defaults decide what a Python number in the method becomes)
-    try: hash(key)
+    try: template = templates[key]
+    except KeyError: template = templates[key] = _template(fn, args, kwargs)
     except TypeError: return fn(*args, **kwargs)  # (an unhashable argument)
-    if key not in templates: templates[key] = _template(fn, args, kwargs)
-    if (template := templates[key]) is None: return fn(*args, **kwargs)
+    if template is None: return fn(*args, **kwargs)
     return Tensor._of(template.made([a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]),
                       template.device)
   return built
