@@ -26,7 +26,7 @@ Sections:
                   kernels too), cache folders and files, sine's exact argument reduction, interpreter workarounds
 
 One realize(), call by call:
-  Tensor.realize -> structure (the graph's rows: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
+  Tensor.realize -> structure (an entry a node: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
   kernel_outputs, kernel_inputs, group_outputs, _kernel: each kernel's AST) -> Plan.run -> prepare -> to_program ->
   lower (ranged, optimize, finish: to_cpu or to_gpu, to_lanes, to_accumulators, in_float32, add_loops, narrow_index,
   stream, linearize) -> Renderer.render -> Compiled.program (compile, disk cache) -> launch."""
@@ -530,7 +530,8 @@ class UPat(MathMixin):
     self.op, self.dtype = _some(op), _some(dtype)
     self.src, self.arg, self.name = src, arg, name
     self.orders = list(itertools.permutations(src)) if isinstance(src, list) else [src]  # of src, to try in turn
-    self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source must have
+    sources = src or ()
+    self.needs = {p.op[0] for p in sources if p.op is not None and len(p.op) == 1}  # ops some source is pinned to
   def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
   def var(name:str|None=None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
@@ -638,7 +639,7 @@ xidx = UPat.var("x", dtypes.index)  # only index math is sure not to wrap: user 
 def fold_divmod(x:UOp, c:UOp, op:Ops) -> UOp|None:
   """(a*c + b) // c -> a + b//c and (a*c + b) % c -> b % c, where b >= 0: split off the terms c divides. A term a*f
   whose factor f is larger than c and no multiple of it is split first, as a*(f - f%c) + a*(f%c), so that c divides
-  the first part (_pool's rows: j*(n+d) read mod n, a factor n+d larger than n and no multiple of it)."""
+  the first part ((7j + k) % 5, 0 <= k < 5: 7j is 5j + 2j, and 5j goes)."""
   if c.arg <= 0 or x.vmin < 0: return None
   if op is Ops.MOD and x.vmax < c.arg: return x
   terms = []
@@ -1639,7 +1640,8 @@ class Tensor:
     size, kept = prod(self.shape[i] for i in axes), tuple(s for i, s in enumerate(self.shape) if i not in axes)
     if size == 0: out = Tensor.full(kept, identity(op, self.dtype).arg, self.dtype, self.device)  # nothing to reduce
     else: out = self._reduce_axis(op, axes)
-    return out._reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else kept)
+    ones_for_axes = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    return out._reshape(ones_for_axes if keepdim else kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), Reduction(op, axes)))
   def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:
@@ -2237,8 +2239,8 @@ class Tensor:
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
     ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
     padded = any(b or a for b, a in pads)
-    counted = ones.pad(pads, value=1.0 if count_include_pad else 0.0) if padded else ones
-    return sums / counted.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
+    if padded: ones = ones.pad(pads, value=1.0 if count_include_pad else 0.0)
+    return sums / ones.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
     n, c, *size = self.shape
@@ -2581,8 +2583,9 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if (origin := computed_from(u)) is not None: return (origin,)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
-  whole = st.move is None  # u's last move was applied to the node's own whole view
-  if whole and u.src[0].op is not Ops.BUFFER: return (u.src[0],)  # to the node itself (a BUFFER's tensor is its view)
+  from_start = st.move is None  # u's last move was applied to the node's own whole view
+  # to the node itself (not to a BUFFER: a buffer's tensor is its view)
+  if from_start and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
   return (UOp(Ops.VIEW, u.dtype, u.src, st),)  # to the view before the last move
 
 # Two walks below follow different sources. The gradient walk (_grad_sources) follows where a gradient flows: a view to
@@ -2626,10 +2629,10 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
   from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
   found: dict[UOp, tuple[UOp, ...]] = {}  # every node the gradients flow through -> its _grad_sources
-  def sources(u:UOp) -> tuple[UOp, ...]:
+  def walk_sources(u:UOp) -> tuple[UOp, ...]:  # (found once: _grad_sources may build a view)
     found[u] = _grad_sources(u)
     return found[u]
-  order = {u: found[u] for u in postorder([root.uop], sources)}  # (sources first)
+  order = {u: found[u] for u in postorder([root.uop], walk_sources)}  # (sources first)
   on_path = set(targets)  # the nodes some target is reached through (the targets too)
   for u, sources in order.items():
     if any(s in on_path for s in sources): on_path.add(u)
@@ -2905,12 +2908,12 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
       raise ValueError(f"{path}: {name!r} is {info!r}, not a dtype, shape and data_offsets")
     if info["dtype"] not in SAFETENSORS_DTYPES:
       raise ValueError(f"{path}: {name!r} has dtype {info['dtype']!r}, not one of {', '.join(SAFETENSORS_DTYPES)}")
+    malformed = ValueError(f"{path}: {name!r} has shape {info['shape']!r}, offsets {info['data_offsets']!r}")
     try:
       dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
       start, end = info["data_offsets"]
-    except (TypeError, ValueError, ShapeError): start = end = None
-    if not isinstance(start, int) or not isinstance(end, int):
-      raise ValueError(f"{path}: {name!r} has shape {info['shape']!r}, offsets {info['data_offsets']!r}")
+    except (TypeError, ValueError, ShapeError): raise malformed from None
+    if not isinstance(start, int) or not isinstance(end, int): raise malformed
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
       raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
     out[name] = Tensor.empty(*shape, dtype=dtype, device=device)
@@ -3206,20 +3209,24 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
       if u.op is Ops.REDUCE_AXIS:  # a row reduce fused under a reduce over other axes: stored, and the walk runs again
         store_next |= {k: "reduce" for k in f.row_reduces if _reduce_space(k) != _reduce_space(u)}
       if u in stored or u.op is Ops.SINK: continue
-      readers = _readers(u, consumers, asked, place)
-      broadcast_back = row_shape is not None and all(_own_rows(c, row_shape) for c in consumers[u])  # over its own rows
-      again_cost = prod(row_shape or ()) * f.cost * (len(readers) - 1)  # reducing the rows again in each other reader
-      cheap_again = row_shape is not None and again_cost < LAUNCH_COST and \
-        all(c.op in GroupOp.Elementwise for c in readers)
-      if broadcast_back or cheap_again:
-        if u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(row_reduces=f.row_reduces | {u})
-        continue
-      spread = len(readers) > 1 or any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg))
-                                       for c in readers)  # read by several, reduced again, or broadcast
-      if f.pending and spread: stored[u] = "reduce"  # (any reduce pending, over rows or not)
-      elif f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: stored[u] = "dear"
+      decision = _decided(u, f, _readers(u, consumers, asked, place), consumers[u])
+      if decision == "row" and u.op is Ops.REDUCE_AXIS: fused[u] = f._replace(row_reduces=f.row_reduces | {u})
+      elif decision in ("reduce", "dear"): stored[u] = decision
     if not store_next: return stored, {u: f.reduce for u, f in fused.items()}
     asked |= store_next
+
+def _decided(u:UOp, f:Fused, readers:list[UOp], consumers:list[UOp]) -> str|None:
+  """What kernel_outputs does with u (f: what it fuses), by the rules its docstring lists: "row", a row reduce kept in
+  its readers' kernel; "reduce" or "dear", stored for that reason; None, fused into its readers."""
+  broadcast_back = f.row_shape is not None and all(_own_rows(c, f.row_shape) for c in consumers)  # over its own rows
+  again_cost = prod(f.row_shape or ()) * f.cost * (len(readers) - 1)  # its rows reduced again in each other reader
+  elementwise = all(c.op in GroupOp.Elementwise for c in readers)
+  cheap_again = f.row_shape is not None and again_cost < LAUNCH_COST and elementwise
+  if broadcast_back or cheap_again: return "row"
+  reduced_or_broadcast = any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg)) for c in readers)
+  if f.pending and (len(readers) > 1 or reduced_or_broadcast): return "reduce"  # (any reduce pending, rows or not)
+  if f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: return "dear"
+  return None
 
 def _readers(u:UOp, consumers:dict[UOp, list[UOp]], asked:dict[UOp, str], place:dict[UOp, int]) -> list[UOp]:
   """u's consumers; or where all their paths through elementwise ops (not stored) meet in one op, that op alone: one
@@ -3683,6 +3690,7 @@ def reread(sink:UOp, target:Target) -> UOp:
   row_ranges, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
   early, late = [], []
   for st in sink.src:
+    out = st  # the output store, reading the value back where a reduce's loop stores it
     for u in reduces:
       shared = dict(zip(u.src[1:], cols))  # the reduce's loop over the row's columns, in order
       over_columns = len(u.src) - 1 == len(cols) and all(r.size == c.size for r, c in shared.items())
@@ -3690,10 +3698,10 @@ def reread(sink:UOp, target:Target) -> UOp:
       value = substitute(u.src[0], shared)
       costly = value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST
       if costly and st.gate is None and st.buf not in loaded:
-        stores, st = _reread(st, u, value, shared, row_ranges, target)
+        stores, out = _reread(st, u, value, shared, row_ranges, target)
         early += stores
         break
-    late.append(st)
+    late.append(out)
   return sink.replace(src=tuple(early + late))
 
 def _reread(st:UOp, u:UOp, value:UOp, shared:dict[UOp, UOp], row_ranges:set[UOp], target:Target) -> tuple[list, UOp]:
@@ -3727,10 +3735,10 @@ def _nested(sink:UOp) -> bool:  # a reduce runs inside another's loop: it varies
   return not all(free[u] <= glob for u in sink.toposort if u.op is Ops.REDUCE)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Lowering, step 4: kernel opts. Each one splits a range r of size n into outer*amount + inner (a CPU thread's:
-# inner*chunk + outer), where inner is a new range of the opt's kind. Later steps give kinds their meaning:
-# upcast/unroll become vector lanes, local becomes threadIdx, group a reduction shared across a block. A split that
-# doesn't divide gets a gate, so every size works with full blocks.
+# Lowering, step 4: kernel opts. Each one splits a range r of size n into kept*amount + new, where new is a range of the
+# opt's kind and kept keeps r's place (a CPU thread's: new*chunk + kept, new picking the chunk). Later steps give kinds
+# their meaning: upcast/unroll become vector lanes, local becomes threadIdx, group a reduction shared across a block. A
+# split that doesn't divide gets a gate, so every size works with full blocks.
 
 @dataclass(frozen=True)
 class Opt:
@@ -3763,7 +3771,8 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   new = new_range(opt.amount, opt.kind)
   # a CPU thread (new) takes one contiguous chunk; every other split puts its new range innermost (a GLOBAL opt of a
   # whole range, tile_order's, makes it a new output loop inside the others)
-  expr = new * cdiv(n, opt.amount) + kept if opt.kind is AxisType.THREAD else kept * opt.amount + new
+  if opt.kind is AxisType.THREAD: expr = new * cdiv(n, opt.amount) + kept
+  else: expr = kept * opt.amount + new
   sink = substitute(sink, {opt.axis: expr})
   # a reduce over the split range runs over both of its parts (ranges() of the expression, in order)
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
@@ -3871,7 +3880,8 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
   loads each lane's elements of A's and B's tiles into vectors, multiplies them on the tensor cores, and adds each of
   the lane's elements of the product to its own accumulator; the store then runs once for each of them, where the
   layout puts it."""
-  fit, lane, (m_size, n_size, k_size) = tensor_core_fit(sink, core), new_range(32, AxisType.LOCAL), core.dims
+  fit, lane = tensor_core_fit(sink, core), new_range(32, AxisType.LOCAL)
+  m_size, n_size, k_size = core.dims
   m_tiles, n_tiles, k_tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
                                for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place)
   # along each of m, n and k: its range, the range of its tiles, and a tile's size
@@ -4053,8 +4063,8 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
     beams = found
   prog = finish(*optimize(sink, target), ast, target)  # the heuristic's: its errors are no candidate's, so they raise
   if not beams: return prog
-  heuristic = _time(Device[device].program(prog), prog, bufs)
-  return beams[0].prog if beams[0].time < heuristic else prog
+  heuristic_time = _time(Device[device].program(prog), prog, bufs)
+  return beams[0].prog if beams[0].time < heuristic_time else prog
 
 def candidates(sink:UOp, target:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
@@ -4282,20 +4292,20 @@ def to_accumulators(sink:UOp) -> UOp:
   # a store that varies with a reduce's ranges moves into its loop (see reread)
   in_loop = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}
   sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in in_loop.values())))
-  # acc's value once `once` has run: a loop's range (its iteration), or its END (done). The LOAD's second source is
+  # acc's value after `after` has run: a loop's range (its iteration), or its END (done). The LOAD's second source is
   # that dependency, not an address: an accumulator is a register
-  def read(acc:UOp, once:UOp) -> UOp: return UOp(Ops.LOAD, acc.dtype, (acc, once))
+  def read(acc:UOp, after:UOp) -> UOp: return UOp(Ops.LOAD, acc.dtype, (acc, after))
   for rs, us in groups.items():
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
     accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
     # the update reads the accumulator in this iteration of the innermost loop, so it runs in the loop even where the
     # value it adds doesn't depend on it
-    now = [read(a, rs[-1]) for a in accs]
-    body = tuple(UOp(Ops.ASSIGN, a.dtype, (a, acc.alu(u.arg, substitute(u.src[0], done))) + rs)
-                 for a, acc, u in zip(accs, now, us)) + tuple(substitute(st, done) for st in in_loop[rs])
+    current = [read(acc, rs[-1]) for acc in accs]
+    body = tuple(UOp(Ops.ASSIGN, acc.dtype, (acc, value.alu(u.arg, substitute(u.src[0], done))) + rs)
+                 for acc, value, u in zip(accs, current, us)) + tuple(substitute(st, done) for st in in_loop[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
-    done.update({u: read(a, body[0]) for a, u in zip(accs, us)})
+    done.update({u: read(acc, body[0]) for acc, u in zip(accs, us)})
     written_by.update({st.buf: body[0] for st in in_loop[rs] if st.op is Ops.STORE})
   sink = substitute(sink, done)
   # A load of a buffer the kernel stores values into (see reread) reads a BARRIER(buffer, what it waits for), so that
