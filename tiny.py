@@ -195,7 +195,9 @@ def decoded(d:DType, raw:bytes) -> tuple:
 class Ops(IntEnum):  # (a plain class after import, for speed: see plain() at the end)
   # tensor level
   BUFFER = auto(); CONST = auto(); IOTA = auto(); VIEW = auto(); REDUCE_AXIS = auto(); CONTIGUOUS = auto()
-  POW = auto()  # srcs (base, exponent, value): kernels compute the value's ALU ops; the node carries pow's gradient
+  # POW(base, exponent, value): value is pow built of ALU ops, what kernels compute (the scheduler puts it in the
+  # node's place); the node is there for pow's gradient rule, which needs base and exponent
+  POW = auto()
   # kernel level
   PARAM = auto(); LOAD = auto(); STORE = auto(); SINK = auto(); RANGE = auto(); REDUCE = auto(); SPECIAL = auto()
   # (ASSIGN: in a kernel, an accumulator's update; over tensors, a write into a tensor's buffer, as Tensor.assign)
@@ -437,7 +439,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def terms(self, op:Ops=Ops.ADD) -> list[UOp]:  # a sum's terms (or an AND's conditions)
     return [t for s in self.src for t in s.terms(op)] if self.op is op else [self]
 
-  # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate]).
+  # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate]);
+  # by place: REDUCE(value, *ranges) (arg: its op), END(range, *body), DEFINE_ACC(identity, *loops it lives in).
   # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see to_accumulators), and an accumulator's LOAD
   # has no address: its second source is the loop iteration or END it reads the accumulator after
   @property
@@ -697,8 +700,8 @@ symbolic = PatternMatcher([
     lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
   (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="u"), lambda u, c: u.const_like(_convert(u.dtype, c.arg))
     if u.dtype.count == 1 else None),
-  # bools: + is or, * is and, - is the value itself (a bool holds n != 0). The bitwise ops are what every device's
-  # bool computes alike: a C _Bool, and a CPU vector's lanes, where true is the mask -1 (whose sum would be -2)
+  # bools: + and * would compute in int (True + True is 2; -2 in a CPU vector, whose true is the mask -1): they are |
+  # and &, which every device computes alike; -b is b (a bool holds n != 0)
   (UPat(Ops.ADD, dtypes.bool, src=(x, y)), lambda x, y: x | y),         # a+b -> a|b
   (UPat(Ops.MUL, dtypes.bool, src=(x, y)), lambda x, y: x & y),         # a*b -> a&b
   (UPat(Ops.NEG, dtypes.bool, src=(x,)), lambda x: x),                  # -a -> a
@@ -1203,10 +1206,10 @@ class Tensor:
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
-    # tensor k varies along dim dim_of[k]: xy swaps the first two. A swap undoes itself, so dim d's size is that of
-    # tensor dim_of[d]
+    # tensor k varies along dim dim_of[k]: xy swaps the first two
     dim_of = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))
-    shape = tuple(ts[k].numel() for k in dim_of)
+    shape = [0] * len(ts)
+    for k, t in enumerate(ts): shape[dim_of[k]] = t.numel()
     return tuple(t.reshape(tuple(-1 if d == k else 1 for d in range(len(ts)))).expand(shape)
                  for t, k in zip(ts, dim_of))
 
@@ -1721,8 +1724,8 @@ class Tensor:
     # padded up to whole blocks (-n % block more), as (..., n/16, 16)
     blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
     within = blocks._scan(op, -1)
-    # each block's start: the scan of the blocks' totals shifted one on (a pad of 1 before, of -1, a cut, after): the
-    # first's is the fill
+    # block b starts from the combined totals of blocks 0..b-1: the totals scanned, then shifted right one (a fill
+    # padded before, the last cut after: a pad of -1); block 0 starts from the fill
     start = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
     return back(within._alu(op, start.unsqueeze(-1)).flatten(-2)[..., :n])
   def _int64_if_narrow(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
@@ -2387,9 +2390,9 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    # equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a buffer's view, and whose graph
-    # reads no trainable tensor (reading_trainable, below), gets a buffer of its own (its node changes), or its
-    # gradient would be the others' too
+    # equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a buffer's view gets a buffer of
+    # its own (its node changes), or its gradient would be the others' too; unless its graph reads a trainable tensor
+    # (reading_trainable, below), whose gradient flows through it: a buffer of its own would cut that path
     if value:
       if _held_in(self.uop).op is not Ops.BUFFER and not reading_trainable([self.uop]): self.uop = self._owned().uop
       Tensor._trainable[id(self)] = self
@@ -2444,8 +2447,8 @@ class Tensor:
     value = x.uop
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
-    # x's graph reads the buffer being written: the tensor x, changed in place, becomes a copy of its value now (made
-    # only if x is read), unless x is a buffer itself (its own assign, or a whole buffer)
+    # x's graph reads the buffer this overwrites: the Tensor x is pointed at a copy of its value now (computed only if
+    # x is read), unless x is a buffer itself (its own assign, or a whole buffer)
     if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and written.src[0] in value.buffers:
       x.uop = self.clone().uop
     return self
@@ -3318,8 +3321,10 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
     tries = [] if alone else reads_from + list(range(len(groups)))  # the groups it reads first, then any
     i = next((j for j in tries if fits(j)), None)
     if i is None: groups.append([r])
-    else:  # joined, and moved to run after last_read: popping i, before it, shifts last_read down one, so inserting
-      j = max(i, last_read)  # at last_read lands just past it
+    else:
+      # joined, and moved to run right after group last_read: popping i (before it) shifts it left one, so inserting at
+      # last_read lands just past it
+      j = max(i, last_read)
       groups.insert(j, groups.pop(i))
       groups[j].append(r)
   return groups
@@ -3970,9 +3975,9 @@ def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an in
   return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
              any(x.op is Ops.LOAD and x.buf.op is Ops.PARAM and r not in x.addr.toposort for x in u.src[0].toposort)
              for u in sink.toposort)
-# False for a range that reread's row on the stack (a DEFINE_LOCAL) doesn't vary with: the stack holds one row, one
-# value a column, so the rows can't be lanes
 def _may_be_lanes(sink:UOp, r:UOp) -> bool:
+  """Whether r may be vector lanes: not where reread keeps a row on the stack (a DEFINE_LOCAL) that a load reads
+  without r, as the stack holds one row, one value a column."""
   return not any(u.op is Ops.LOAD and u.buf.op is Ops.DEFINE_LOCAL and r not in u.addr.toposort for u in sink.toposort)
 def _unit_stride(sink:UOp, r:UOp) -> bool:  # every store along r has address r + (terms without r)
   return all([t for t in st.addr.terms() if r in t.toposort] == [r] for st in sink.src if r in st.addr.toposort)
@@ -5369,7 +5374,9 @@ class Replay:
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
-    """The replay of a captured call, given these buffers, that returned out (its tensors: outs)."""
+    """The replay of a captured call, given these buffers, that returned out (its tensors: outs). The call's buffers
+    are given (the inputs), made by its plans (made: the outputs it returned, which each replay makes anew, and its
+    own, made once), or held (the rest: weights as they were, and returned buffers it didn't make)."""
     made, held = [], []
     for _, l, bufs in call.launches:
       for i, b in enumerate(bufs):
