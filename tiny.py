@@ -114,7 +114,8 @@ class dtypes:
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
   default_float, default_int = float32, int32  # what a Python float and int become (as tinygrad's: set them to change)
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
-  index = DType(7, 8, "index", "q")  # (an index vector's scalar is int64: by_fmt, below, knows "q" as int64)
+  index = DType(7, 8, "index", "q")  # (it shares int64's letter, so index.vec(n).scalar is int64, not index)
+  # (and the letters memoryview uses for C's long, unsigned long and char, as numpy and array export them)
   by_fmt = {d.fmt: d for d in all} | {"l": int64, "L": uint64, "c": uint8}
   # a dtype's kind is in its struct letter, which its vectors share (index is "q")
   @staticmethod
@@ -885,7 +886,7 @@ class ShapeTracker:
       addr, inner = view.index(unravel(addr, view.shape))
       valid = all_of(valid, inner)
     return addr, valid
-  @functools.lru_cache(maxsize=4096)
+  @functools.lru_cache(maxsize=4096)  # (one move on one tracker gives one object: the nodes over it hash-cons cheaply)
   def apply(self, fn:str, arg) -> ShapeTracker:
     """The movement op fn (a View method's name) on the outermost view; a reshape it can't fold stacks a new view."""
     if (view := getattr(self.views[-1], fn)(arg)) is not None: views = self.views[:-1] + (view,)
@@ -1162,8 +1163,9 @@ class Tensor:
   def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     if stop is None: start, stop = 0, start
     n = check_shape((max(0, math.ceil((stop - start) / step)),))[0]
-    ends = (start, start + max(n - 1, 0) * step)  # int32 unless a value it holds needs int64, as in tinygrad
+    ends = (start, start + max(n - 1, 0) * step)  # its first and last values
     floats = any(isinstance(v, float) for v in (start, stop, step))
+    # (int32 unless a value it holds needs int64, as in tinygrad)
     dtype = dtypes.of(dtype or (dtypes.default_float if floats else dtypes.promote(*map(_dtype_of_scalar, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
@@ -1990,7 +1992,8 @@ class Tensor:
     if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, self.dtype, self.device)
     if reduce: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
     hit, vals = self._scattered(dim, index, src)
-    last = hit & (hit.int().flip(-1).cumsum(-1).flip(-1) == 1)  # no later write to the place: the last, as torch's
+    # the last write to a place, as torch's: a running count of hits from the end is 1 there
+    last = hit & (hit.int().flip(-1).cumsum(-1).flip(-1) == 1)
     return hit.any(-1).where(last.where(vals, 0).sum(-1).cast(self.dtype), self)
   def scatter_reduce(self, dim:int, index:Tensor, src:Tensor, reduce:str, include_self=True) -> Tensor:
     fill = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}
@@ -2698,7 +2701,7 @@ class SGD(Optimizer):
 class Adam(Optimizer):
   """Adam, as torch's: moments m and v of the gradients, corrected for their start at zero; weight_decay adds
   weight_decay * p to the gradient (L2). AdamW decouples it: p -= lr * weight_decay * p beside the update."""
-  decoupled, trust = False, False
+  decoupled, trust = False, False  # decoupled: AdamW's weight decay; trust: LAMB's trust ratio
   def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
@@ -2801,7 +2804,8 @@ class InstanceNorm(GroupNorm):  # each channel of each sample alone: a group per
 
 class RMSNorm:  # each row divided by its root mean square (computed in float32), then scaled
   def __init__(self, dim:int, eps=1e-6, elementwise_affine=True):
-    self.eps, self.weight = eps, parameter(Tensor.ones(dim)) if elementwise_affine else None
+    self.eps = eps
+    self.weight = parameter(Tensor.ones(dim)) if elementwise_affine else None
   def __call__(self, x:Tensor) -> Tensor:
     y = x.float()
     y = (y * (y.square().mean(-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype)
@@ -3405,7 +3409,7 @@ def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
     return beam(sink, ast, device, beam_width)
   return finish(*optimize(sink, target), ast, target)
 
-def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row loops on GPUs: what opts split
+def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row programs: what opts split
   sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
   return row_loops(sink) if target.gpu else reread(sink, target)
 
@@ -4608,11 +4612,11 @@ def _shift(ctx:Names, u:UOp) -> str:
   a, b, bits = ctx[u.src[0]], ctx[u.src[1]], 8 * u.dtype.itemsize
   signed = dtypes.is_int(u.dtype) and not dtypes.is_unsigned(u.dtype)
   wide = ctx.types[dtypes.long if u.dtype.itemsize == 8 else dtypes.int]  # a narrower int shifts as an int
-  out = f"({a}<0?-1:0)" if u.op is Ops.SHR and signed else "0"  # a shift past the width
+  past_width = f"({a}<0?-1:0)" if u.op is Ops.SHR and signed else "0"  # a shift past the width
   if u.op is Ops.SHR: shifted = f"({a}>>{b})"
   elif signed: shifted = f"(({ctx.types[u.dtype]})((unsigned {wide}){a}<<{b}))"
   else: shifted = f"({a}<<{b})"
-  return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{out})" if _guarded(u) else shifted)
+  return _narrow(ctx, u, f"((0<={b}&&{b}<{bits})?{shifted}:{past_width})" if _guarded(u) else shifted)
 
 def _cast(ctx:Names, u:UOp) -> str:
   src = ctx[u.src[0]]  # (a 16-bit float converts through float)
@@ -4961,11 +4965,11 @@ class Thread:
     PARAM's element count, DEFINE_LOCAL's length), and its dtype. A lane outside what the hardware has is a lowering
     bug: a buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
     buf, addr = u.memory, vals[u.addr]
-    size, shared, width = buf.arg.size, buf.op is Ops.DEFINE_LOCAL, buf.dtype.itemsize
+    size, shared, itemsize = buf.arg.size, buf.op is Ops.DEFINE_LOCAL, buf.dtype.itemsize
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     end = max(addr, min(addr + lanes, size))  # lanes past the buffer's size hold no data (an empty slice at worst)
-    inside = slice(addr * width, end * width)
+    inside = slice(addr * itemsize, end * itemsize)
     memory = self.local[buf] if shared else self.bufs[buf.arg.slot]
     return memory, inside, buf.dtype
   # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
@@ -5343,7 +5347,9 @@ class TinyJit:
       out, outs = self.fn(*args, **kwargs), []
       mapped(out, outs.append)  # (the tensors it returns, collected)
       if outs: Tensor.realize(*outs)
-    finally: call, capturing.now = capturing.now, outer
+    finally:
+      call = capturing.now
+      capturing.now = outer
     self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
     if outer is not None:  # a jit around this one's
       outer.launches += call.launches
@@ -5679,7 +5685,8 @@ def _times_two_over_pi(mag:UOp) -> list[UOp]:
   w, (m0, m1) = [digit(12 * c) for c in range(8)], (m & 0xFFF, m >> 12)
   d, carry = [], m.const_like(0)
   for c in range(8):  # column c of m * W (weight 2**(12c)), with the carry from the one below
-    v = m0 * w[c] + carry if c == 0 else m0 * w[c] + m1 * w[c - 1] + carry
+    if c == 0: v = m0 * w[c] + carry
+    else: v = m0 * w[c] + m1 * w[c - 1] + carry
     d.append(v & 0xFFF)
     carry = v >> 12
   return d
@@ -5703,9 +5710,9 @@ def _times_half_pi(a:UOp, b:UOp, c:UOp) -> tuple[UOp, UOp]:
 
 # Python 3.11 (3.12 has neither cost): an Enum class looks up every attribute through EnumType's __getattr__ hook, 0.1
 # us each, and passes ask for ops all the time, so the members go on a plain class of the same name; and
-# functools.cached_property takes a lock on each first read, so UOp's and View's computed fields use one that doesn't
-# (two threads reading a field at once may both compute it: harmless for a pure function of an immutable object).
-# Without them, a model step's realize() (an MLP's and a decoder's, batch 1) is 13-17% slower.
+# functools.cached_property takes a lock on each first read, so UOp's, View's and ShapeTracker's computed fields use one
+# that doesn't (two threads reading a field at once may both compute it: harmless for a pure function of an immutable
+# object). Without them, a model step's realize() (an MLP's and a decoder's, batch 1) is 13-17% slower.
 def plain(enum:type) -> type: return type(enum.__name__, (), dict(enum.__members__))
 Ops, AxisType = plain(Ops), plain(AxisType)
 class cached:
