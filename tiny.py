@@ -23,7 +23,8 @@ Sections:
   running         launching kernels, and render() to see them
   TinyJit         a function's kernels captured once and replayed, as one call to the device (graph)
   systems         what a reader of a compiler can skip: the CPU's worker pool in C (which runs a replay's table of
-                  kernels too), cache folders and files, sine's exact argument reduction, interpreter workarounds
+                  kernels too), cache folders and files, composites' templates, sine's exact argument reduction,
+                  interpreter workarounds
 
 One realize(), call by call:
   Tensor.realize -> structure (an entry a node: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
@@ -988,74 +989,15 @@ class Bounded(dict):
     if len(self) >= self.most and key not in self: self.pop(next(iter(self)), None)
     super().__setitem__(key, value)
 
-class Placeholder(NamedTuple):  # a BUFFER's arg in a composite's template: which of its inputs it stands for
-  composite: str
-  index: int
-
 def composite(fn:Callable) -> Callable:
   """A method composed of others builds the same graph for every call whose inputs have the same shapes, dtypes and
   devices and whose other arguments are equal: it is built once, over placeholders, and made again over each call's
   inputs, node for node what the method would build, without its shape checks and broadcasts (a model step's graph
-  builds about three times as fast). No template is kept where a placeholder's view can't be made again (a detached
-  view) or an argument can't be part of a key (a list): fn then builds the graph each call."""
+  builds about three times as fast). How is in the last section (replayed): a reader of the Tensor can skip it."""
   templates = Bounded()
   @functools.wraps(fn)
-  def built(*args, **kwargs) -> Tensor:
-    key = tuple([(Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
-                 for a in (*args, *kwargs.values())]) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
-    # (the defaults decide what a Python number in the method becomes)
-    try: template = templates[key]
-    except KeyError: template = templates[key] = _template(fn, args, kwargs)
-    except TypeError: return fn(*args, **kwargs)  # (an unhashable argument)
-    if template is None: return fn(*args, **kwargs)
-    return Tensor._of(template.made([a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]),
-                      template.device)
+  def built(*args, **kwargs) -> Tensor: return replayed(fn, templates, args, kwargs)
   return built
-
-class Build(NamedTuple):  # a template's step: a node to build, its sources by step number
-  op: Ops
-  dtype: DType|None
-  src: tuple[int, ...]
-  arg: Any
-
-class MovedInput(NamedTuple):  # a template's step: an input, moved as its placeholder's view was
-  input: int
-  moves: tuple[Move, ...]
-
-class Template(NamedTuple):
-  """A composite's graph as steps, each node's sources before it: a node to build (its sources by step number), a
-  node without sources to take as it is, or an input moved."""
-  steps: list[Build|MovedInput|UOp]
-  device: str
-  def made(self, inputs:list[UOp]) -> UOp:  # the graph over these inputs
-    done: list[UOp] = []
-    for step in self.steps:
-      if type(step) is Build: done.append(UOp(step.op, step.dtype, tuple([done[i] for i in step.src]), step.arg))
-      elif type(step) is MovedInput:
-        done.append(inputs[step.input].moved(*step.moves) if step.moves else inputs[step.input])
-      else: done.append(step)
-    return done[-1]
-
-def _template(fn:Callable, args:tuple, kwargs:dict) -> Template|None:
-  leaves: list[UOp] = []
-  def stand_in(a):  # a tensor's placeholder: a whole view of a BUFFER that no buffer is behind
-    if not isinstance(a, Tensor): return a
-    leaves.append(UOp(Ops.BUFFER, a.dtype, (), Placeholder(fn.__qualname__, len(leaves))))
-    return Tensor._of(UOp(Ops.VIEW, a.dtype, (leaves[-1],), ShapeTracker.contiguous(a.shape)), a.device)
-  args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
-  out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
-  steps, step_of = [], {}
-  for u in out.uop.toposort:
-    if u.op is Ops.VIEW and u.src[0] in leaves:
-      moves, start = [], u.arg
-      while start.before is not None: moves, start = [start.move, *moves], start.before  # the moves that made it
-      if start != ShapeTracker.contiguous(start.shape): return None  # not from the placeholder's own view (detached)
-      step = MovedInput(leaves.index(u.src[0]), tuple(moves))
-    elif u in leaves: continue
-    else: step = Build(u.op, u.dtype, tuple(step_of[s] for s in u.src), u.arg) if u.src else u
-    step_of[u] = len(steps)
-    steps.append(step)
-  return Template(steps, out.device)
 
 def creates(fn:Callable) -> staticmethod:
   """A static method that makes a tensor: it takes requires_grad= too, as tinygrad's do, and sets it on the tensor."""
@@ -5440,7 +5382,8 @@ class Output(NamedTuple):  # a tensor a replay returns: the slot of its buffer, 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Systems: what a reader of the compiler can skip. The CPU's worker pool (in C), the folders compiled kernels are kept
-# in, and the disk cache's files; sine's exact argument reduction; workarounds for one interpreter's speed.
+# in, and the disk cache's files; composites' templates; sine's exact argument reduction; workarounds for one
+# interpreter's speed.
 
 @functools.cache
 def compile_pool(pid:int) -> concurrent.futures.ThreadPoolExecutor:  # one a process: a forked child has no threads
@@ -5639,6 +5582,71 @@ def reuse_bytes() -> int:
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   if not getenv("LRU", 1): return 0
   return getenv("LRU_MB", min(ram // 8, 2**30) // 2**20) * 2**20
+
+# Composites' templates: a composite's graph built once over placeholders, as a list of steps, and made again over
+# each call's inputs.
+
+class Placeholder(NamedTuple):  # a BUFFER's arg in a composite's template: which of its inputs it stands for
+  composite: str
+  index: int
+
+def replayed(fn:Callable, templates:Bounded, args:tuple, kwargs:dict) -> Tensor:
+  """A composite's call (see composite): its template, made once for the structure of its inputs, made again over
+  them. No template is kept where a placeholder's view can't be made again (a detached view) or an argument can't be
+  part of a key (a list): fn then builds the graph each call."""
+  key = tuple([(Tensor, a.uop.shape, a.uop.dtype, a.device) if isinstance(a, Tensor) else (type(a), arg_key(a))
+               for a in (*args, *kwargs.values())]) + tuple(kwargs) + (dtypes.default_float, dtypes.default_int)
+  # (the defaults decide what a Python number in the method becomes)
+  try: template = templates[key]
+  except KeyError: template = templates[key] = _template(fn, args, kwargs)
+  except TypeError: return fn(*args, **kwargs)  # (an unhashable argument)
+  if template is None: return fn(*args, **kwargs)
+  return Tensor._of(template.made([a.uop for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]), template.device)
+
+class Build(NamedTuple):  # a template's step: a node to build, its sources by step number
+  op: Ops
+  dtype: DType|None
+  src: tuple[int, ...]
+  arg: Any
+
+class MovedInput(NamedTuple):  # a template's step: an input, moved as its placeholder's view was
+  input: int
+  moves: tuple[Move, ...]
+
+class Template(NamedTuple):
+  """A composite's graph as steps, each node's sources before it: a node to build (its sources by step number), a
+  node without sources to take as it is, or an input moved."""
+  steps: list[Build|MovedInput|UOp]
+  device: str
+  def made(self, inputs:list[UOp]) -> UOp:  # the graph over these inputs
+    done: list[UOp] = []
+    for step in self.steps:
+      if type(step) is Build: done.append(UOp(step.op, step.dtype, tuple([done[i] for i in step.src]), step.arg))
+      elif type(step) is MovedInput:
+        done.append(inputs[step.input].moved(*step.moves) if step.moves else inputs[step.input])
+      else: done.append(step)
+    return done[-1]
+
+def _template(fn:Callable, args:tuple, kwargs:dict) -> Template|None:
+  leaves: list[UOp] = []
+  def stand_in(a):  # a tensor's placeholder: a whole view of a BUFFER that no buffer is behind
+    if not isinstance(a, Tensor): return a
+    leaves.append(UOp(Ops.BUFFER, a.dtype, (), Placeholder(fn.__qualname__, len(leaves))))
+    return Tensor._of(UOp(Ops.VIEW, a.dtype, (leaves[-1],), ShapeTracker.contiguous(a.shape)), a.device)
+  args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
+  out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
+  steps, step_of = [], {}
+  for u in out.uop.toposort:
+    if u.op is Ops.VIEW and u.src[0] in leaves:
+      moves, start = [], u.arg
+      while start.before is not None: moves, start = [start.move, *moves], start.before  # the moves that made it
+      if start != ShapeTracker.contiguous(start.shape): return None  # not from the placeholder's own view (detached)
+      step = MovedInput(leaves.index(u.src[0]), tuple(moves))
+    elif u in leaves: continue
+    else: step = Build(u.op, u.dtype, tuple(step_of[s] for s in u.src), u.arg) if u.src else u
+    step_of[u] = len(steps)
+    steps.append(step)
+  return Template(steps, out.device)
 
 # Sine's argument reduction past pi/4 (see _sin): x = q*pi/2 + r, with r as hi + lo, exactly, in integer digits.
 
