@@ -2424,21 +2424,26 @@ class Tensor:
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
-      group = [t for t in ts if t.device == device]
-      key, buffers, nodes = structure([t.uop for t in group], device)
-      plan = planned(key, nodes)
-      bufs = plan.run(buffers, device)
-      def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
-      for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))  # each assign: done
-      trained_from = reading_trainable([t.uop for t, view in zip(group, plan.roots) if view is not None])
-      for t, view in zip(group, plan.roots):
-        if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
-        else:
-          held = bound(view)
-          if t.uop in trained_from and t.uop.op is not Ops.ASSIGN:  # it keeps the graph: a realize changes no gradient
-            held.__dict__["computed_from"] = t.uop  # (the gradient walk goes on through it: see computed_from)
-          t.uop = remember(t.uop, held)
+      Tensor._realized([t for t in ts if t.device == device], device)
     return self
+  @staticmethod
+  def _realized(group:list[Tensor], device:str):
+    """Runs the plan of these tensors' graph (made once per structure), notes each assign done, and points each tensor
+    at the view of the buffer that holds its value (where a gradient runs through it, noting what it was computed
+    from: a realize changes no gradient)."""
+    key, buffers, nodes = structure([t.uop for t in group], device)
+    plan = planned(key, nodes)
+    bufs = plan.run(buffers, device)
+    def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
+    for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))
+    trained_from = reading_trainable([t.uop for t, view in zip(group, plan.roots) if view is not None])
+    for t, view in zip(group, plan.roots):
+      if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
+      else:
+        held = bound(view)
+        if t.uop in trained_from and t.uop.op is not Ops.ASSIGN:
+          held.__dict__["computed_from"] = t.uop  # (the gradient walk goes on through it: see computed_from)
+        t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
     if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
