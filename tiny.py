@@ -2107,7 +2107,9 @@ class Tensor:
     x = self
     for i in reversed(range(dims)):  # dim p becomes (kernel, out)
       p, n, k, step, dil, o = lead + i, size[i], kernel[i], stride[i], dilation[i], out[i]  # (dim p, of size n)
-      row = dil + n * max(1, cdiv(o * step - dil, n))  # at least o*step long, and dil (mod n): row j starts j*dil in
+      # the input repeated, cut into rows of this length: dil more than a multiple of n, so row j starts j*dil into
+      # the input; long enough for the o windows (o*step), and at least n + dil
+      row = dil + n * max(1, cdiv(o * step - dil, n))
       x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)  # repeated
       x = x._along(p, 0, k * row).unflatten(p, (k, row))  # k rows: kernel place j reads from j*dil on
       x = x._along(p + 1, 0, o * step).unflatten(p + 1, (o, step))  # each row cut into o steps
@@ -2165,7 +2167,9 @@ class Tensor:
     for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
       span = n + b + a - d * (k - 1) - 1  # the last place a window may start; windows start every s
       last = span // s * s  # where the last window starts without ceil_mode
-      if ceil_mode and span % s and last + s < n + b: extra[i] = s - span % s  # one more, starting before the padding
+      # ceil_mode: one more window where it would start inside the input or its padding before (torch's rule: one that
+      # would start in the padding after is dropped)
+      if ceil_mode and span % s and last + s < n + b: extra[i] = s - span % s
     return kernel, stride, dilation, pads, extra
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
@@ -2620,8 +2624,8 @@ class Optimizer:
     """The parameters and the state, each assigned its next value: to realize together (with the loss)."""
     for t in self.params:
       if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
-    # realized first, together: what reads the parameters now (the loss, the gradients); the next values are built in
-    # _next, whose temporaries die when it returns, so the assigns below find no reader left to realize
+    # what reads the parameters now (the loss, the gradients) is realized first, while it reads their old values. The
+    # next values are built in _next, whose temporaries die when it returns, so the assigns below find no reader left
     for t in self.params: t.buffer()  # each in a buffer of its own, to be written
     Tensor._realize_readers({t.uop.src[0] for t in self.params})
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
@@ -3264,7 +3268,8 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       one_space = not any(has_reduce[o] or o.shape != r.shape or o.op is Ops.CONTIGUOUS for o in g)
       written = [_held_in(o) for o in g if o.op is Ops.ASSIGN]
       one_write_each = len(set(written)) == len(written)  # (a second write would land after the first one's loads)
-      in_place = all(aligned for o in g for d, aligned in reads[o].items() if d in g or _held_in(d) in written)
+      def same_memory(d:UOp) -> bool: return d in g or _held_in(d) in written  # the group's output, or its buffer
+      in_place = all(aligned for o in g for d, aligned in reads[o].items() if same_memory(d))
       moved_past = [p for q in groups[i + 1:last_read + 1] for p in q]  # the kernels group i would move past
       unread = not any(o in reads[p] for p in moved_past for o in g)  # none of them reads what the group writes
       return one_space and one_write_each and in_place and unread
@@ -4150,8 +4155,8 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
       rest = tuple(r for r in x.src[1:] if r is not lane)
       part = done[x.src[0]] if not rest else vector(x.replace(src=(x.src[0],) + rest))  # over the other ranges first
       return _combine(x.arg, [_lane(part, k) for k in range(w)])
+    # a reduce is a vector as the op it combines with is; index dtypes have no vector types, so index math stays lanes
     op = x.arg if x.op is Ops.REDUCE else x.op
-    # (a reduce by the op it combines with; index math stays lanes)
     if op in ops and vec in vector_types and any(_is_vector(done[s]) for s in x.src):
       if x.op is Ops.REDUCE: return UOp(Ops.REDUCE, vec, (done[x.src[0]],) + x.src[1:], x.arg)
       if all(s.dtype.vec(w) in vector_types for s in x.src) and not _guarded(x):
@@ -4534,9 +4539,9 @@ def _wrapping(ctx:Names, u:UOp) -> str|None:
   """Signed + - * whose bounds don't prove it in range: C calls overflow undefined (and gcc folds `x+1 > x` to true),
   so it runs on the unsigned bits, which wrap, as on every GPU and in the emulator. Index math, proven in range,
   stays plain: the compiler may then widen it."""
-  low, high = alu_bounds[u.op](*[s.bounds for s in u.src])
-  lo, hi = dtypes.limits(u.dtype)
-  if lo <= low and high <= hi: return None
+  result_lo, result_hi = alu_bounds[u.op](*[s.bounds for s in u.src])
+  type_lo, type_hi = dtypes.limits(u.dtype)
+  if type_lo <= result_lo and result_hi <= type_hi: return None
   unsigned = f"(unsigned {ctx.types[u.dtype]})"
   return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*[unsigned + ctx[s] for s in u.src])})"
 
