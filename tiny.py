@@ -4121,9 +4121,9 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   varying = [f for u, f in free_ranges(sink).items() if u is not sink]  # the ranges each value varies with
   chosen = []
   # the most accesses first (stable: the first of equals, an upcast)
-  for _, total, r, w in sorted(found, key=lambda c: (c.looped, c.total), reverse=True):
-    apart = not any(r in f and c in f for f in varying for c, _ in chosen)  # no value varies with r and a chosen one
-    if total and apart: chosen.append((r, w))
+  for c in sorted(found, key=lambda c: (c.looped, c.total), reverse=True):
+    apart = not any(c.range in f and r in f for f in varying for r, _ in chosen)  # no value varies with it and a chosen
+    if c.total and apart: chosen.append((c.range, c.width))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
