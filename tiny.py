@@ -3898,8 +3898,8 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     # the widest vector that fills the last
     amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, target)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
+  vectors = 0  # (CPU) how many vectors of the contiguous axis a matmul's tile takes
   if red:  # the register tile of a matmul: each load feeds several outputs
-    vectors = 0  # (CPU) how many vectors of the contiguous axis the tile takes
     for r in reversed(glob):
       # on the CPU the contiguous axis takes whole vectors, four where they divide it, else two, else one, and the
       # next axis the rows that make 16 vector accumulators (4, 8 or 16), half of AVX-512's 32 registers: 256 x 784
@@ -3921,10 +3921,13 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
   if row_outputs and not tile and _unit_stride(sink, glob[-1]):
     if amount := _filled(glob[-1].size, target): opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # a CPU sum unrolled by four vectors (or two, where four don't divide it) keeps as many vector accumulators: adds
-  # in flight side by side, not one by one
+  # in flight side by side, not one by one. Under a tile whose lanes are outputs: by 4. Under a tile of rows alone (a
+  # matrix read along its rows, times a vector or x @ w.T too small to pack): by one vector, as the rows are the
+  # accumulators side by side (a 512 x 784 matrix times a vector: 1.5x)
   for r in inner:
-    vectors = next((k * w for k in (4, 2) if r.size % (k * w) == 0), None)  # four vectors, else two
-    amount = 4 if target.gpu or tile else (vectors or _filled(r.size, target))
+    if target.gpu or (tile and vectors): amount = 4
+    elif tile: amount = _filled(r.size, target)
+    else: amount = next((k * w for k in (4, 2) if r.size % (k * w) == 0), 0) or _filled(r.size, target)
     if amount and r.size % amount == 0: opts.append(Opt(AxisType.UNROLL, r, amount))
   return opts
 
