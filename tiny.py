@@ -958,7 +958,7 @@ def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   return tuple(max(s, default=1) for s in sizes)
 
 class EdgePad(NamedTuple):  # a pad mode that continues the values past an edge, with views and cat
-  most: Callable    # most(size): the largest pad a side of a dim of that size allows
+  widest: Callable  # widest(size): the largest pad a side of a dim of that size allows
   pieces: Callable  # pieces(x, dim, size, before, after): the views that go before and after the dim
 
 def _reflected(x, dim, size, before, after):  # 3 2 1 | 0 1 2 3 | 2 1 0: the edge itself isn't repeated
@@ -1775,8 +1775,8 @@ class Tensor:
     pad, x = EDGE_PADS[mode], self
     for d, ((b, a), s) in enumerate(zip(grow, self.shape)):
       if b == a == 0: continue
-      if max(b, a) > pad.most(s):
-        raise ShapeError(f"{mode} pad ({b}, {a}) of dim {d}: size {s} allows {pad.most(s)} a side")
+      if max(b, a) > pad.widest(s):
+        raise ShapeError(f"{mode} pad ({b}, {a}) of dim {d}: size {s} allows {pad.widest(s)} a side")
       before, after = pad.pieces(x, d, s, b, a)
       x = Tensor.cat(*[t for t in (before, x, after) if t.shape[d]], dim=d)
     return x
@@ -3067,12 +3067,13 @@ def split_reduce(r:UOp, device:str) -> UOp:
   x = x.moved(("permute", order), ("reshape", kept + (size,)))
   target = Device.target(device)
   w = target.width
-  most = min(4096, max(256, size // 4096)) if target.gpu else 256
-  # (unit, parts): a unit of vectors, widest first, and parts from `most` down to a quarter of it, that divide size
-  splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most, most // 4 - 1, -1) if size % (u * p) == 0]
+  most_parts = min(4096, max(256, size // 4096)) if target.gpu else 256
+  # (unit, parts): a unit of vectors, widest first, and parts from most_parts down to a quarter of it, that divide size
+  splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most_parts, most_parts // 4 - 1, -1)
+            if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
   cores = 1 if target.gpu else target.cores
-  fallback = splits[0] if splits else (4 * w, most)  # (no split divides the size: padded below)
+  fallback = splits[0] if splits else (4 * w, most_parts)  # (no split divides the size: padded below)
   unit, parts = next(((u, p) for u, p in splits if p % cores == 0), fallback)
   x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
   partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
@@ -3334,7 +3335,8 @@ class Program:
   uops: list
   global_size: tuple[int, ...]
   local_size: tuple[int, ...]
-  info: tuple[int, int] = (0, 0)  # (flops, bytes moved), for DEBUG=2
+  flops: int = 0  # its float and int operations, for DEBUG=2's rates
+  moved: int = 0  # the bytes of its buffers, read or written, for DEBUG=2's rates
   opts: str = ""  # the opts it was lowered with, for DEBUG=2
   def dumps(self) -> bytes:  # for the disk cache: what runs source needs (the uops run only on the emulator)
     return json.dumps({k: v for k, v in vars(self).items() if k != "uops"}).encode()
@@ -3372,7 +3374,7 @@ def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
-  return Program(name, src, uops, *launch_dims(uops), _cost(ast), " ".join(map(str, opts)))
+  return Program(name, src, uops, *launch_dims(uops), *_cost(ast), " ".join(map(str, opts)))
 
 def params(ast:UOp) -> list[UOp]:  # a kernel's buffers in launch order: all of them, even one whose every read folded
   return sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
@@ -3391,7 +3393,7 @@ def launch_dims(uops:list[UOp]) -> tuple[tuple[int, int, int], tuple[int, int, i
 
 def _xyz(size) -> tuple[int, int, int]: return tuple(size) + (1,) * (3 - len(size))
 
-def _cost(ast:UOp) -> tuple[int, int]:
+def _cost(ast:UOp) -> tuple[int, int]:  # its operations and the bytes it moves
   nodes = ast.toposort
   flops = sum(prod(u.src[0].shape if u.op is Ops.REDUCE_AXIS else u.shape)
               for u in nodes if u.op in GroupOp.ALU | {Ops.REDUCE_AXIS})
@@ -3900,7 +3902,10 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   vectors = 0  # (CPU) how many vectors of the contiguous axis a matmul's tile takes
   if red:  # the register tile of a matmul: each load feeds several outputs
-    for r in reversed(glob):
+    # on the CPU its rows are first sought where the loads along the contiguous axis don't move, so that each vector
+    # of b feeds every row: a conv's output channels, not its image rows (a 32x32x32x32 3x3 conv's matmul: 2.5x)
+    def b_moves(r:UOp) -> bool: return not target.gpu and r is not glob[-1] and _moves_with(sink, r, glob[-1])
+    for r in sorted(reversed(glob), key=b_moves):
       # on the CPU the contiguous axis takes whole vectors, four where they divide it, else two, else one, and the
       # next axis the rows that make 16 vector accumulators (4, 8 or 16), half of AVX-512's 32 registers: 256 x 784
       # (a weight's gradient) 5x faster than four lanes a row. Only where b's columns are side by side: a b read
@@ -3938,6 +3943,8 @@ def _reused(sink:UOp, r:UOp) -> bool:  # a reduce that moves along r reads an in
   return any(u.op is Ops.REDUCE and r in u.src[0].toposort and
              any(x.op is Ops.LOAD and x.buf.op is Ops.PARAM and r not in x.addr.toposort for x in u.src[0].toposort)
              for u in sink.toposort)
+def _moves_with(sink:UOp, r:UOp, other:UOp) -> bool:  # a load that moves along other moves along r too
+  return any(x.op is Ops.LOAD and other in x.addr.toposort and r in x.addr.toposort for x in sink.toposort)
 def _may_be_lanes(sink:UOp, r:UOp) -> bool:
   """Whether r may be vector lanes: not where reread keeps a row on the stack (a DEFINE_LOCAL) that a load reads
   without r, as the stack holds one row, one value a column."""
@@ -5192,11 +5199,11 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if capture is not None:
       capture.launches.append((fn, l, [bufs[s] for s in l.slots]))
       capture.seconds += tm
-    flops, moved = l.prog.info
+    prog = l.prog
     if debug >= 2:
-      print(f"*** {l.device:6s} {i:4d} {l.prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
-            f"tm {tm*1e6:9.2f}us ({flops/tm*1e-9:8.2f} GFLOP/s {moved/tm*1e-9:8.2f} GB/s) {l.prog.opts}")
-    GlobalCounters.ran(1, flops, moved, tm or 0.0)  # (a launch not asked to wait times nothing: None)
+      print(f"*** {l.device:6s} {i:4d} {prog.name:30s} {l.why:10s} arg {len(l.slots):2d} "
+            f"tm {tm*1e6:9.2f}us ({prog.flops/tm*1e-9:8.2f} GFLOP/s {prog.moved/tm*1e-9:8.2f} GB/s) {prog.opts}")
+    GlobalCounters.ran(1, prog.flops, prog.moved, tm or 0.0)  # (a launch not asked to wait times nothing: None)
     total += tm or 0.0
   return total
 
@@ -5365,7 +5372,7 @@ class Replay:
                   outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), native=graph(launches))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
-    return sum(l.prog.info[0] for _, l in self.launches), sum(l.prog.info[1] for _, l in self.launches)
+    return sum(l.prog.flops for _, l in self.launches), sum(l.prog.moved for _, l in self.launches)
   def __call__(self, given:list[Buffer]):
     bufs = given + [Buffer(*m) for m in self.new_outputs] + self.held
     if self.draws:
