@@ -3668,23 +3668,28 @@ def reread(sink:UOp, target:Target) -> UOp:
   return sink.replace(src=tuple(early + late))
 
 def _reread(st:UOp, u:UOp, value:UOp, shared:dict[UOp, UOp], row_ranges:set[UOp], target:Target) -> tuple[list, UOp]:
-  """What reread adds to reduce u's loop (the store of value, the next row's prefetches), and output store st, now
-  reading value back."""
+  """What reread adds to reduce u's loop (the store of value, the next row's prefetches: _next_row), and output store
+  st, now reading value back."""
   cols = list(shared.values())
   buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
   if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
     buf = UOp(Ops.DEFINE_LOCAL, value.dtype, (), Local(u.src[1].arg.id, whole_vectors(size)))  # (named by its loop)
     addr = functools.reduce(lambda a, c: a * c.size + c, cols[1:], cols[0])  # the row's flat column index
   in_loop = substitute(addr, {c: r for r, c in shared.items()})  # the address, the reduce's loop ranges for columns
+  read_back = substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, (buf, addr))})
+  added = [UOp(Ops.STORE, None, (buf, in_loop, u.src[0])), *_next_row(u, row_ranges)]
+  return added, st.replace(src=(st.buf, st.addr, read_back))
+
+def _next_row(u:UOp, row_ranges:set[UOp]) -> list[UOp]:
+  """Prefetches, in reduce u's loop, of what the next row's loop will load: each of its loads whose address moves
+  with the innermost row range, one row ahead."""
   row = max(row_ranges, key=lambda r: r.arg.id)  # the innermost
   own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
   ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
   def moves_with_row(x:UOp) -> bool:  # a load of this reduce's loop whose address moves with the row
     return x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and not own.isdisjoint(x.addr.toposort)
-  fetches = [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
-             if moves_with_row(x)]
-  read_back = substitute(st.value, {value: UOp(Ops.LOAD, value.dtype, (buf, addr))})
-  return [UOp(Ops.STORE, None, (buf, in_loop, u.src[0])), *fetches], st.replace(src=(st.buf, st.addr, read_back))
+  return [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
+          if moves_with_row(x)]
 
 REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
 
@@ -3888,8 +3893,9 @@ def shared_reduces(sink:UOp, target:Target) -> list[Opt]:
 
 def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
   """Vectors on the contiguous output axis, a matmul's register tile, a row's outputs as vectors after its reduces, and
-  unrolled reduce loops. A CPU's choices differ from a GPU's in three places, each marked: its tile takes four vectors
-  of the contiguous axis, a GPU tiles only where enough threads remain, and a CPU unrolls a sum by whole vectors."""
+  unrolled reduce loops. A CPU's choices differ from a GPU's in four places, each marked: its tile takes whole vectors
+  of the contiguous axis, and rows where the loads of those vectors don't move; a GPU tiles only where enough threads
+  remain; a CPU unrolls a sum by whole vectors."""
   opts: list[Opt] = []
   glob, red = ranges(sink, AxisType.GLOBAL), ranges(sink, AxisType.REDUCE)
   reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
