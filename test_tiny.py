@@ -4530,6 +4530,12 @@ def test_composite_binary_matches_its_formula(name, fn, ref):
   a, b = _vals(rng, 15), [v if abs(v) > 0.2 else 0.7 for v in _vals(rng, 15)]
   check_op(fn, lambda x, y: x.map(ref, y), (a, (3, 5)), (b, (3, 5)), rtol=2e-4)
 
+def test_a_realized_pow_is_read_by_a_graph_built_on_it_before():  # (its plan reads it from memory)
+  y = Tensor([1.0, 2.0, 3.0]) ** 2.5
+  z = y * 2
+  y.realize()
+  assert z.tolist() == pytest.approx([2 * v ** 2.5 for v in (1, 2, 3)], rel=1e-6)
+
 def test_pow_keeps_tinygrads_sign_and_int_rules():
   x = Tensor([-2.0, -2.0, 0.0, 0.0, 3.0, -8.0])
   got = x.pow(Tensor([3.0, 0.5, 0.0, -1.0, 2.0, 2.0])).tolist()
@@ -4681,6 +4687,12 @@ def test_activations_keep_their_values_and_gradients_at_the_tails():
   assert Tensor([x]).gelu().item() == pytest.approx(x / (1 + math.exp(-2 * z)), rel=1e-6)
   assert slope(Tensor.cosh, 1e-20) == pytest.approx(1e-20, rel=1e-6)
   assert slope(Tensor.acosh, 1.0) == math.inf  # (as torch's: not 0 * inf, nan)
+
+def test_acosh_is_nan_everywhere_below_one():  # (past -4096, x + sqrt(x^2 - 1) cancels to 0, whose log is -inf)
+  assert all(map(math.isnan, Tensor([-1.0, -5.0, -5000.0, -1e5, -1e10, -1e17, -1e19, 0.0, 0.99]).acosh().tolist()))
+  x = Tensor([-5.0, -3.0], requires_grad=True)  # its slope there is torch's: 1 / sqrt(x^2 - 1), as if in its domain
+  x.acosh().sum().backward()
+  assert x.grad.tolist() == pytest.approx([1 / math.sqrt(24), 1 / math.sqrt(8)], rel=1e-6)
 
 def test_composites_at_their_edges_match_torch_too():
   assert Tensor([183.0, -7.5, 7.0]).div(Tensor([61.0, 2.0, 0.0]), rounding_mode="trunc").tolist() == [3.0, -3.0, INF]

@@ -108,7 +108,7 @@ class dtypes:
   int64 = long = DType(7, 8, "long", "q")
   uint64 = ulong = DType(8, 8, "ulong", "Q")
   float16 = half = DType(9, 2, "half", "e")
-  bfloat16 = DType(9, 2, "bfloat16", "E")  # float32's exponent, 8 bits of mantissa: a float32 rounded to its top half
+  bfloat16 = DType(9, 2, "bfloat16", "E")  # float32's exponent, 7 bits of mantissa: a float32 rounded to its top half
   float32 = float = DType(10, 4, "float", "f")
   float64 = double = DType(11, 8, "double", "d")
   all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, uint64, float16, bfloat16, float32, float64)
@@ -218,7 +218,7 @@ class GroupOp:
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}  # an element from the elements at its place
-  Moved = Elementwise | {Ops.VIEW}  # an element from elements at places computed from its own
+  Pointwise = Elementwise | {Ops.VIEW}  # an element from source elements at places its own index picks
 
 # the named args of kernel-level nodes
 class AxisType(Enum):  # (a plain class after import, as Ops)
@@ -256,7 +256,7 @@ class Local(NamedTuple):  # a DEFINE_LOCAL's arg: a block's shared memory, or (t
 def _trunc_div(a, b): return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
 def _fmod(a:float, b:float) -> float: return math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan  # C's
 def _int_mod(a:int, b:int) -> int: return a - b * _trunc_div(a, b) if b != 0 else 0  # C's %: the dividend's sign
-def _shift_amount(b): return b if 0 <= b < 64 else 64  # a shift past the width shifts every bit out
+def _shift_amount(b): return b if 0 <= b < 64 else 64  # a shift past the width, or by a negative amount: every bit out
 def _safe(f):
   def g(*a):
     try: return f(*a)
@@ -392,10 +392,10 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
-    """The same values, as a view the gradient walk stops at: its tracker (a ShapeTracker, in Views below, holds a
-    view's last move and the tracker it was applied to) records the move "detach" with no tracker before it, and the
-    walk steps back through those. A view of a buffer stays one view of it; any other node is viewed whole (a view of
-    a view), so that if it is realized first, this reads it, not its sources."""
+    """The same values, as a view the gradient walk stops at. A view's tracker (a ShapeTracker, in Views below) holds
+    its last move and the tracker that move was applied to, and the walk steps back along those; this one records the
+    move "detach" with no tracker before it, so the walk ends here. A view of a buffer stays one view of it; any other
+    node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
     if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes: composites do not replay it)
@@ -408,7 +408,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def toposort(self) -> list[UOp]: return self._sources + [self]
   @functools.cached_property
-  def _sources(self) -> list[UOp]:  # itself left out: a node that held itself would never be freed
+  def _sources(self) -> list[UOp]:  # itself left out: a node in its own list would be a cycle, freed (with its
+    # buffer) only by a gc pass, not when its last holder lets go
     return postorder(self.src, lambda u: u.src)
   @functools.cached_property
   def shape(self) -> tuple[int, ...]:
@@ -1294,15 +1295,17 @@ class Tensor:
     if rounding_mode == "trunc": return a._div_toward_zero(b)
     return a._float() * b._float().reciprocal()
   def _div_toward_zero(self, b:Tensor) -> Tensor:
-    """The quotient rounded toward 0: C's / for ints; for floats, what fmod leaves divided by b, exact but for rounding
-    (a * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as torch's."""
+    """The quotient rounded toward 0: C's / for ints; for floats, (x - fmod(x, b)) / b rounded to the whole number it
+    is but for rounding (exact, where x * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as
+    torch's."""
     if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
     q = self / b  # (where b is 0: x / 0, as torch's)
     quotient = (self - self.fmod(b)) / b  # a whole number but for rounding: self - fmod(self, b) is a multiple of b
     return (b == 0).where(q, quotient.round()._signed_zero(q))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
-    quotient rounded toward 0 and its remainder (fmod: C's % for ints, 0 where the divisor is 0, as python_alu says)."""
+    quotient rounded toward 0 and its remainder (fmod: C's %; by 0, an int's remainder is 0 and a float's nan, as
+    python_alu says)."""
     a, b = self._broadcast(x)
     q, r = a._div_toward_zero(b), a.fmod(b)
     up = (r != 0) & ((r < 0) != (b < 0))  # rounded toward 0, a negative quotient rounded up: floor is one lower
@@ -1310,7 +1313,8 @@ class Tensor:
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
-  def reciprocal(self) -> Tensor:  # (not _unary: a double's stays a double, and C's 1/x is exact for every float)
+  def reciprocal(self) -> Tensor:  # (not _unary: 1/x is correctly rounded at every width, so its float32 casts
+    # would change nothing)
     x = self._float()
     return x._like(x.uop.alu(Ops.RECIP))
   __add__, __sub__, __mul__, __truediv__, __neg__ = add, sub, mul, div, neg
@@ -1430,9 +1434,13 @@ class Tensor:
     def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
     return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
-    def far(a:Tensor) -> Tensor: return (a < -1e18).where(math.nan, a._arc(-1))  # (below -1e18 x^2 overflows to inf)
+    # (below -1, outside its domain: -log(x - sqrt(x^2 - 1)), the same nan with the same slope as
+    # log(x + sqrt(x^2 - 1)), which past -4096 cancels to log(0), -inf)
+    def far(a:Tensor) -> Tensor: return (a < 0).where(-(a - (a.square() - 1).sqrt()).log(), a._arc(-1))
     return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), far)
-  def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, where x^2 would overflow, log(2x)
+  def _arc(self, c:int) -> Tensor:
+    # log(x + sqrt(x^2 + c)); past 1e18, where x^2 + c rounds to x^2 (and short of float32's x^2 overflow at 1.8e19),
+    # log(2x)
     return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
   def atanh(self) -> Tensor:  # below 1/2, (log1p(x) - log1p(-x)) / 2
     return self._odd(lambda a: a._near(0, 0.5, lambda b: (b._log1p() - (-b)._log1p()) / 2,
@@ -1594,7 +1602,7 @@ class Tensor:
   def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:
     """Ints and bools add up in int64, as numpy and torch; 16-bit floats in float32, rounded back, as torch."""
     if dtype is None and self.dtype in dtypes.narrow: return self.float().sum(axis, keepdim).cast(self.dtype)
-    x = self.cast(dtype) if dtype is not None else self._int64_if_narrow()
+    x = self.cast(dtype) if dtype is not None else self._int64_if_smaller()
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
@@ -1618,7 +1626,7 @@ class Tensor:
     total = (self - m).exp().sum(axis, keepdim)
     return total.log() + m.reshape(total.shape)
   def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor:  # ints and bools multiply in int64, as in torch
-    return (self.cast(dtype) if dtype is not None else self._int64_if_narrow())._reduce(Ops.MUL, axis, keepdim)
+    return (self.cast(dtype) if dtype is not None else self._int64_if_smaller())._reduce(Ops.MUL, axis, keepdim)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   @composite
@@ -1672,13 +1680,13 @@ class Tensor:
     # padded before, the last cut after: a pad of -1); block 0 starts from the fill
     start = within[..., -1]._scan(op, -1)._pad_along(x.ndim - 1, 1, -1, fill)
     return back(within._alu(op, start.unsqueeze(-1)).flatten(-2)[..., :n])
-  def _int64_if_narrow(self) -> Tensor:  # a narrower int or a bool as int64 (a uint64 stays one)
-    narrower = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
-    return self.cast(dtypes.int64) if narrower else self
+  def _int64_if_smaller(self) -> Tensor:  # a smaller int or a bool as int64 (a uint64 stays one)
+    smaller = (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) and self.dtype.itemsize < 8
+    return self.cast(dtypes.int64) if smaller else self
   @composite
-  def cumsum(self, axis=0) -> Tensor: return self._int64_if_narrow()._scan(Ops.ADD, axis)
+  def cumsum(self, axis=0) -> Tensor: return self._int64_if_smaller()._scan(Ops.ADD, axis)
   @composite
-  def cumprod(self, axis=0) -> Tensor: return self._int64_if_narrow()._scan(Ops.MUL, axis)
+  def cumprod(self, axis=0) -> Tensor: return self._int64_if_smaller()._scan(Ops.MUL, axis)
   def cummax(self, axis=0) -> tuple[Tensor, Tensor]:
     """The running max, and where it was last met, as torch's."""
     if not self.ndim: return self._scan(Ops.MAX, axis), Tensor(0, dtypes.int32, self.device)
@@ -3016,10 +3024,10 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each entry, reading buffers as slots
   graph: list[UOp] = []
   for r, u in zip(key.entries, nodes):
-    if u.op is Ops.POW: graph.append(graph[r.srcs[-1]])  # its value: kernels compute that
-    elif isinstance(r, Computed):
-      graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
-    else: graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),), r.view))
+    if isinstance(r, Read): graph.append(UOp(Ops.VIEW, r.dtype, (UOp(Ops.BUFFER, r.dtype, (), Slot(r.slot, r.size)),),
+                                             r.view))
+    elif u.op is Ops.POW: graph.append(graph[r.srcs[-1]])  # its value: kernels compute that
+    else: graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
   return graph
 
 def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
@@ -3153,7 +3161,7 @@ def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   # compared with an arange (summed, that is a pick: see picked)
   index_math: set[UOp] = set()
   for u in order:
-    from_aranges = bool(u.src) and all(s in index_math for s in u.src) and u.op in GroupOp.Moved
+    from_aranges = bool(u.src) and all(s in index_math for s in u.src) and u.op in GroupOp.Pointwise
     compared = u.op is Ops.CMPEQ and any(s in index_math for s in u.src)
     if u.op in (Ops.IOTA, Ops.CONST) or from_aranges or compared: index_math.add(u)
   while True:
@@ -3437,7 +3445,7 @@ def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
       memo[key] = _value(*key, sources[key], [memo[k] for k in sources[key]])
   return memo[(u, idxs, valid)]
 
-def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:
+def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:  # address, the view's own mask, both gates
   addr, inner = u.arg.index(idxs)
   return addr, inner, all_of(valid, inner)
 
@@ -3575,7 +3583,8 @@ def _times_power_of_two(f:UOp, n:UOp) -> UOp:
 
 def _log2(x:UOp) -> UOp:
   """log2(x) = e + log2(1+f) for x = (1+f) * 2**e with 1+f in [sqrt(1/2), sqrt(2)): e from the exponent bits, and
-  log2(1+f) = f * Q(f), a polynomial in f (which is exact: no division rounds it). A subnormal x is scaled by 2**23
+  log2(1+f) = f * Q(f), a polynomial in f; f = mantissa - 1 is exact (the usual s = f / (2 + f) would round in its
+  division). A subnormal x is scaled by 2**23
   first. 0, negatives, inf and nan get their results at the end."""
   subnormal = x < 1.1754943508222875e-38  # 2**-126
   bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
@@ -3906,19 +3915,19 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     # the widest vector that fills the last
     amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, target)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
-  vectors = 0  # (CPU) how many vectors of the contiguous axis a matmul's tile takes
+  # on the CPU a matmul's tile takes whole vectors of the contiguous axis, four where they divide it, else two, else
+  # one, and another axis the rows that make 16 vector accumulators (4, 8 or 16), half of AVX-512's 32 registers: 256 x
+  # 784 (a weight's gradient) 5x faster than four lanes a row. Only where b's columns are side by side: a b read
+  # transposed, and too small to pack, has them a row apart
+  vectors = 0
+  if red and glob and not target.gpu and _unit_stride(sink, glob[-1]) and _side_by_side(sink, glob[-1]):
+    vectors = next((k for k in (4, 2, 1) if glob[-1].size % (k * w) == 0), 0)
   if red:  # the register tile of a matmul: each load feeds several outputs
     # on the CPU its rows are first sought where the loads along the contiguous axis don't move, so that each vector
     # of b feeds every row: a conv's output channels, not its image rows (a 32x32x32x32 3x3 conv's matmul: 2.5x)
     def b_moves(r:UOp) -> bool: return not target.gpu and r is not glob[-1] and _moves_with(sink, r, glob[-1])
     for r in sorted(reversed(glob), key=b_moves):
-      # on the CPU the contiguous axis takes whole vectors, four where they divide it, else two, else one, and the
-      # next axis the rows that make 16 vector accumulators (4, 8 or 16), half of AVX-512's 32 registers: 256 x 784
-      # (a weight's gradient) 5x faster than four lanes a row. Only where b's columns are side by side: a b read
-      # transposed, and too small to pack, has them a row apart
-      if not target.gpu and r is glob[-1] and _unit_stride(sink, r) and _side_by_side(sink, r):
-        vectors = next((k for k in (4, 2, 1) if r.size % (k * w) == 0), 0)
-        n = vectors * w or 4
+      if r is glob[-1]: n = vectors * w or 4
       else: n = 16 // vectors if vectors and r.size % (16 // vectors) == 0 else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
@@ -4264,7 +4273,8 @@ def to_accumulators(sink:UOp) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside the
   output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
-  column of the row, is computed once a row."""
+  column of the row, is computed once a row. Then each load of a buffer the kernel stores into reads it through a
+  BARRIER, so that linearize places it after those stores."""
   free, done = free_ranges(sink), {}
   written_by: dict[UOp, UOp] = {}  # a buffer the kernel stores into -> what a load of it waits for (see the end)
   groups: dict[tuple, list[UOp]] = defaultdict(list)
@@ -4421,8 +4431,9 @@ def linearize(sink:UOp) -> list[UOp]:
   return out
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Renderers: one render() (Renderer.lines); a dialect (CPU, CUDA, METAL at the end) is a record of strings. Each value
-# is rendered by a rule from its UOp; a value used once is inlined into its user, others get a named variable.
+# Renderers: one algorithm (Renderer.render, through Renderer.lines); a dialect (CPU, CUDA, METAL at the end) is a
+# record of strings. Each value is rendered by a rule from its UOp; a value used once is inlined into its user, others
+# get a named variable.
 
 class Names(dict):
   """One render call's state: a dict of the text of each value so far (ctx[u], in the rules), which also reads as its
@@ -4433,7 +4444,8 @@ class Names(dict):
 
 @dataclass(frozen=True)
 class Renderer:
-  """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and render() is the one algorithm."""
+  """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and Renderer.render is the one
+  algorithm."""
   name: str
   gpu: bool            # blocks of threads with shared memory, or (the CPU) loops
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
@@ -4446,7 +4458,7 @@ class Renderer:
   code_for_op: dict[Ops, Callable]
   local_prefix: str    # before a shared-memory array
   barrier: str
-  headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (None), or one naming a type
+  headers: dict[str|None, tuple[str, ...]]  # lines every kernel starts with (key None), or one whose text uses the key
   # what only some dialects have
   vector_ops: frozenset[Ops] = frozenset()  # ops it computes lane by lane on vectors (CUDA's float4 has none)
   launch_params: tuple[str, ...] = ()        # parameters every kernel takes after its buffers
@@ -4470,8 +4482,8 @@ class Renderer:
     params += [f"const int {u.arg.name}" for u in uops if u.op is Ops.SPECIAL and u.kind not in self.ids]
     params += self.launch_params
     signature = f"{self.kernel.format(threads=prod(launch_dims(uops)[1]))} {name}({', '.join(params)})"
-    words = set(re.findall(r"\w+", "\n".join([signature, *body])))  # (a header goes in where its type is used)
-    header = list(dict.fromkeys(line for typ, lines in self.headers.items() if typ is None or typ in words
+    words = set(re.findall(r"\w+", "\n".join([signature, *body])))  # (a header goes in where its key word is used)
+    header = list(dict.fromkeys(line for key, lines in self.headers.items() if key is None or key in words
                                 for line in lines))
     return "\n".join(header + [signature + " {"] + body + ["}"])
 
@@ -5374,8 +5386,8 @@ class Replay:
     launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
     return Replay(new_outputs=[(b.device, b.size, b.dtype) for b in outputs],
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
-                  draws=Tensor._counter - call.start, launches=launches,
-                  outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)), native=graph(launches))
+                  draws=Tensor._counter - call.start, launches=launches, native=device_graph(launches),
+                  outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
     return sum(l.prog.flops for _, l in self.launches), sum(l.prog.moved for _, l in self.launches)
@@ -5391,7 +5403,7 @@ class Replay:
         GlobalCounters.ran(len(self.launches), *self.work, 0.0)
     return mapped(self.outputs, lambda o: Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device), Output)
 
-def graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None:
+def device_graph(launches:list[tuple[Callable, Launch]]) -> Callable[[list], None]|None:
   """A replay's kernels as one call to its device, bound to the buffers it is given by slot: a table the CPU's pool
   runs in C, a CUDA graph, one Metal command buffer. None where the device has none (the emulator) or the kernels
   run on several."""
