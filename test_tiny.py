@@ -1099,8 +1099,8 @@ def test_a_small_row_reduce_read_twice_under_a_reduce_over_its_rows_is_stored():
 
 def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   """Rows of b 1024 floats or more apart are stored first in tiles of the kernel's vector columns (a TLB miss a step,
-  otherwise), broadcast over a batch too, and so is a b read transposed (no columns side by side); a GPU's is read as
-  it is."""
+  otherwise), broadcast over a batch too, and so is a b read transposed (no columns side by side) over 256 rows or
+  more (fewer are summed along the rows of both, in vectors); a GPU's is read as it is."""
   a, b, c = rand_list((33, 70), 167), rand_list((70, 1088), 168), rand_list((2, 17, 70), 169)
   fn = lambda x, w: x @ w
   def kernels(rows): return len(tiny.schedule([fn(Tensor.empty(rows, 70, device="CPU"),
@@ -1109,8 +1109,13 @@ def test_a_cpu_matmul_reads_wide_rows_of_b_packed(cpu_width):
   assert_close(poisoned(fn, a, b).tolist(), ref_matmul(a, b), rtol=1e-5, atol=1e-5)
   assert_close(poisoned(fn, c, b).tolist(), [ref_matmul(m, b) for m in c], rtol=1e-5, atol=1e-5)
   bt = [list(col) for col in zip(*b)]
-  assert len(tiny.schedule([Tensor.empty(33, 70, device="CPU") @ Tensor.empty(1088, 70, device="CPU").T])) == 2
+  def transposed(rows): return len(tiny.schedule([Tensor.empty(rows, 70, device="CPU") @
+                                                  Tensor.empty(1088, 70, device="CPU").T]))
+  assert transposed(256) == 2 and transposed(255) == 1
   assert_close(poisoned(lambda x, w: x @ w.T, a, bt).tolist(), ref_matmul(a, b), rtol=1e-5, atol=1e-5)
+  tall, narrow = rand_list((256, 70), 170), rand_list((64, 70), 171)  # (packed: 64 columns make whole tiles)
+  want = ref_matmul(tall, [list(col) for col in zip(*narrow)])
+  assert_close(poisoned(lambda x, w: x @ w.T, tall, narrow).tolist(), want, rtol=1e-5, atol=1e-5)
   assert len(tiny.schedule([Tensor.empty(33, 70, device="PYTHON") @ Tensor.empty(70, 1088, device="PYTHON")])) == 1
 
 def test_a_b_about_to_be_stored_is_stored_in_the_matmuls_tiles_instead(cpu_width):

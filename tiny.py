@@ -3100,8 +3100,10 @@ def pack(r:UOp, device:str) -> UOp:
   """A CPU matmul's tile reads 4 vectors of b's columns for each step of its reduce: a row of b a step, a page apart
   once rows pass 4 KB, so each step misses the TLB; and a b read transposed (x @ w.T) has no columns side by side to
   load as vectors at all. b stored first in tiles of those columns, (N/T, K, T), is read in order (a 1024 matmul:
-  1.5x; a 512 x @ w.T: 5x). Only for a b broadcast over 32 output rows or more, with a reduce of 64 or more: the copy
-  is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower)."""
+  1.5x; x @ w.T of 512: 1.3x). Only for a b broadcast over 32 output rows or more, with a reduce of 64 or more: the
+  copy is made on every call, and fewer rows or a short reduce don't pay for it (one row: 2-3x slower). A b read
+  transposed wants 256 rows: fewer are summed as well along the rows of both, in vectors (see lanes_and_tiles), and
+  its copy is a transpose (64 x 784 @ w.T of 256 rows: 1.5x faster unpacked; 32 x 1024 @ w.T of 1024: 3.4x)."""
   target = Device.target(device)
   x = r.src[0]
   sum_of_products = r.op is Ops.REDUCE_AXIS and r.arg.op is Ops.ADD and x.op is Ops.MUL
@@ -3111,9 +3113,10 @@ def pack(r:UOp, device:str) -> UOp:
     if b.op is not Ops.VIEW or b.src[0].op not in (Ops.BUFFER, Ops.CONTIGUOUS) or len(b.arg.views) != 1: return b
     v = b.arg.views[0]
     (n, k), (n_stride, k_stride) = v.shape[-2:], v.strides[-2:]
-    read_well = n_stride == 1 and k_stride * b.dtype.itemsize < 4096  # its columns side by side, rows in a page
-    if v.mask is not None or any(v.strides[:-2]) or prod(v.shape[:-2]) < 32 or n % tile or k < 64 or read_well:
-      return b
+    transposed = n_stride != 1  # (its columns not side by side)
+    read_well = not transposed and k_stride * b.dtype.itemsize < 4096  # its columns side by side, rows in a page
+    few_rows = prod(v.shape[:-2]) < (256 if transposed else 32)
+    if v.mask is not None or any(v.strides[:-2]) or few_rows or n % tile or k < 64 or read_well: return b
     # (a b about to be stored, contiguous(), is stored in tiles instead: a conv's im2col windows, 1.3x)
     base = b.src[0].src[0] if b.src[0].op is Ops.CONTIGUOUS else b.src[0]
     columns = UOp(Ops.VIEW, b.dtype, (base,), ShapeTracker((View((n, k), (n_stride, k_stride), v.offset),)))
