@@ -2448,12 +2448,14 @@ class Tensor:
     bufs = plan.run(buffers, device)
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
     for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))
-    trained_from = reading_trainable([t.uop for t, view in zip(group, plan.roots) if view is not None])
+    # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
+    computed = [t.uop for t, view in zip(group, plan.roots) if view is not None and t.uop.op is not Ops.ASSIGN]
+    trained_from = reading_trainable(computed)
     for t, view in zip(group, plan.roots):
       if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
       else:
         held = bound(view)
-        if t.uop in trained_from and t.uop.op is not Ops.ASSIGN:
+        if t.uop in trained_from:
           held.__dict__["computed_from"] = t.uop  # (the gradient walk goes on through it: see computed_from)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
