@@ -3430,10 +3430,10 @@ def rangeify(ast:UOp) -> UOp:
   shape, memo = stores[0][1].shape, {}  # the kernel's outputs share one shape
   idxs = tuple(new_range(s, AxisType.GLOBAL) for s in shape)
   addr = View.contiguous(shape).index(idxs)[0]
-  return UOp(Ops.SINK, None, tuple(UOp(Ops.STORE, None, (buf, addr, build(value, idxs, memo)))
+  return UOp(Ops.SINK, None, tuple(UOp(Ops.STORE, None, (buf, addr, value_at(value, idxs, memo)))
                                    for buf, value in stores))
 
-def build(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
+def value_at(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
   outside the mask the address may point outside the buffer, and a gated load never reads it. Iterative, with the
   sources of each (node, index, gate) computed first: a long elementwise chain would overflow Python's recursion."""
@@ -3762,18 +3762,19 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   if n % opt.amount == 0: return simplify(sink)
   # an upcast's last vector may run past n: buffers are allocated in whole vectors of the widest width, so an access
   # at an aligned base + lane stays inside its allocation, and needs no gate (see lanes_and_tiles)
-  def spare(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, new, opt.amount)
-  return simplify(guard(sink, expr < n, {kept, new}, spare))
+  def needs_no_gate(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, new, opt.amount)
+  return simplify(guard(sink, expr < n, {kept, new}, needs_no_gate))
 
 def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms without it, each a multiple of width
   terms = addr.terms()
   return lane in terms and all(t.const_factor() % width == 0 and lane not in t.toposort for t in terms if t is not lane)
 
-def guard(sink:UOp, valid:UOp, rs:set[UOp], spare:Callable[[UOp], bool]) -> UOp:
-  """Guard every load, store and reduce input that uses the ranges rs with valid (except what spare says is safe)."""
+def guard(sink:UOp, valid:UOp, rs:set[UOp], needs_no_gate:Callable[[UOp], bool]) -> UOp:
+  """Guard every load, store and reduce input that uses the ranges rs with valid (except what needs_no_gate says is
+  safe)."""
   def guarded(_, u:UOp) -> UOp:
     memory = u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM
-    if memory and any(r in rs for r in u.addr.toposort) and not spare(u): return u.gated(valid)
+    if memory and any(r in rs for r in u.addr.toposort) and not needs_no_gate(u): return u.gated(valid)
     if u.op is Ops.REDUCE and any(r in rs for r in u.src[1:]):
       return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
     return u
@@ -5300,8 +5301,8 @@ def signature(x, given:list[Buffer]):
   return (type(x), arg_key(x))  # True, 1 and 1.0 (and 0.0, -0.0) make different constants; nan finds itself
 
 def mapped(x, fn:Callable, leaf:type=Tensor):
-  """x with each leaf in it (x itself, or in lists, tuples and dict values, nested) as fn makes it: a TinyJit
-  function's result, its tensors realized, captured and made anew."""
+  """x with each leaf in it (x itself, or in lists, tuples and dict values, nested) as fn makes it: TinyJit maps a
+  function's result so, to realize its tensors, to note where each lies, and to make them anew on a replay."""
   if isinstance(x, leaf): return fn(x)
   if isinstance(x, dict): return {k: mapped(v, fn, leaf) for k, v in x.items()}
   if not isinstance(x, (list, tuple)): return x
