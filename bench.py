@@ -313,7 +313,8 @@ def flat(y):
 
 def measure(makers:dict[str, Callable], want:dict[int, float], reps:int, budget:float) -> dict[str, float|str]:
   """Check each contender's first result (that call compiles too), warm each up once, then time them in rounds of one
-  call each, for `reps` rounds or until `budget` seconds have passed (3 rounds at least)."""
+  call each, for `reps` rounds or until `budget` seconds have passed (3 rounds at least), each round in the order of
+  the last moved by one: what one contender leaves behind (a cache filled, a pool still awake) falls on each other."""
   out, runs = {}, {}
   for name, make in makers.items():
     try:
@@ -327,8 +328,10 @@ def measure(makers:dict[str, Callable], want:dict[int, float], reps:int, budget:
   for run in runs.values(): run()
   times: dict[str, list[float]] = {name: [] for name in runs}
   start = time.perf_counter()
+  names = list(runs)
   for i in range(reps):
-    for name, run in runs.items(): times[name].append(run()[0])
+    for name in names[i % len(names):] + names[:i % len(names)]:  # (rotated: no contender always follows another)
+      times[name].append(runs[name]()[0])
     if i >= 2 and time.perf_counter() - start > budget: break
   return out | {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}  # medians
 
