@@ -4230,6 +4230,21 @@ def test_optimizers_step_a_0d_parameter():  # against each update written out: p
         want -= 0.1 * (m / (1 - 0.9 ** step)) / (math.sqrt(v / (1 - 0.999 ** step)) + 1e-8)
       assert p.shape == () and math.isclose(p.item(), want, rel_tol=1e-5), (name, step, p.item(), want)
 
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_an_optimizer_step_leaves_what_read_its_buffers_before_it_as_it_was(name):
+  """Tensors computed, not yet realized, from a parameter or the optimizer's state before its step keep the values
+  they had then (the step writes every buffer of both in place)."""
+  p = Tensor([1.0, -2.0], requires_grad=True)
+  opt = getattr(tiny.nn.optim, name)([p], lr=0.5, **({"momentum": 0.9} if name == "SGD" else {}))
+  for _ in range(2):
+    opt.zero_grad()
+    (p * p).sum().backward()
+    twice_p, state = p * 2, [t * 1 for t in opt.state]
+    p_then, state_then = p.tolist(), [t.tolist() for t in opt.state]
+    opt.step()
+    assert p.tolist() != p_then and twice_p.tolist() == [2 * v for v in p_then]
+    assert [t.tolist() for t in state] == state_then
+
 def test_assign_checks_shape_and_device():
   a = Tensor([1.0, 2.0])
   with pytest.raises(tiny.ShapeError, match="shape"): a.assign(Tensor([1.0, 2.0, 3.0]))

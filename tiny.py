@@ -2399,9 +2399,14 @@ class Tensor:
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop): self.uop = self._owned().uop  # one to write into
-    written = self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # the view of the buffer written
-    Tensor._realize_readers({written.src[0]}, self, x)
-    value = x.uop
+    Tensor._realize_readers({self._written().src[0]}, self, x)
+    return self._write(x)
+  def _written(self) -> UOp: return self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # its buffer's view
+  def _write(self, x:Tensor) -> Tensor:
+    """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
+    buffers it writes)."""
+    x = x.cast(self.dtype)
+    written, value = self._written(), x.uop
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
     # x's graph reads the buffer this overwrites: the Tensor x is pointed at a copy of its value now (computed only if
@@ -2634,13 +2639,17 @@ class Optimizer:
     """The parameters and the state, each assigned its next value: to realize together (with the loss)."""
     for t in self.params:
       if t.grad is None: raise RuntimeError(f"{t!r} has no gradient: call backward() on a loss that depends on it")
-    # what reads the parameters now (the loss, the gradients) is realized first, while it reads their old values. The
-    # next values are built in _next, whose temporaries die when it returns, so the assigns below find no reader left
-    for t in self.params: t.buffer()  # each in a buffer of its own, to be written
-    Tensor._realize_readers({t.uop.src[0] for t in self.params})
+    # what reads the parameters or the state now (the loss, the gradients) is realized first, while it reads their old
+    # values: one pass for every buffer the step writes, as assign() would make for each. The next values are built in
+    # _next, whose temporaries die when it returns: the writes below have no reader left to realize
+    written = self.params + self.state
+    for t in written: t.buffer()  # each in a buffer of its own, to be written
+    Tensor._realize_readers({t.uop.src[0] for t in written})
+    self._write_state()
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
-    for t, new in zip(self.params, nexts): t.assign(new)
-    return self.params + self.state
+    for t, new in zip(self.params, nexts): t._write(new)
+    return written
+  def _write_state(self): pass  # the state that is the same for every parameter, written before _next reads it
   def _zeros(self) -> list[Tensor]:  # a tensor of zeros in its own buffer per parameter
     return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device)._owned().realize() for t in self.params]
 
@@ -2655,7 +2664,7 @@ class SGD(Optimizer):
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
     if self.weight_decay: g = g + self.weight_decay * p
     if self.momentum:
-      b = self.b[i].assign(self.momentum * self.b[i] + g)
+      b = self.b[i]._write(self.momentum * self.b[i] + g)
       g = g + self.momentum * b if self.nesterov else b
     return p - self.lr[0] * g  # (lr[0]: a 0-d parameter stays 0-d)
 
@@ -2670,14 +2679,13 @@ class Adam(Optimizer):
     # b1**step and b2**step, each in a buffer to assign into ([1.0]: Tensor(1.0) would be a constant, no buffer)
     self.b1_t, self.b2_t = [Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2)]
     self.state = self.m + self.v + [self.b1_t, self.b2_t]
-  def schedule_step(self) -> list[Tensor]:
-    self.b1_t.assign(self.b1_t * self.b1)
-    self.b2_t.assign(self.b2_t * self.b2)
-    return super().schedule_step()
+  def _write_state(self):
+    self.b1_t._write(self.b1_t * self.b1)
+    self.b2_t._write(self.b2_t * self.b2)
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
     if self.weight_decay and not self.decoupled: g = g + self.weight_decay * p
-    m = self.m[i].assign(self.b1 * self.m[i] + (1 - self.b1) * g)
-    v = self.v[i].assign(self.b2 * self.v[i] + (1 - self.b2) * g * g)
+    m = self.m[i]._write(self.b1 * self.m[i] + (1 - self.b1) * g)
+    v = self.v[i]._write(self.b2 * self.v[i] + (1 - self.b2) * g * g)
     up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
     if self.decoupled: up = up + self.weight_decay * p
     if self.trust:  # LAMB's: |p| / |up|, 1 where either is 0
