@@ -3080,7 +3080,7 @@ def split_reduce(r:UOp, device:str) -> UOp:
   reduction's identity (which gates every load: no vectors)."""
   (op, axes), x = r.arg, r.src[0]
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
-  if size < BIG_REDUCE or prod(kept) >= 256: return r
+  if size < BIG_REDUCE or prod(kept) >= 256: return r  # (256 outputs or more: a block each fills a GPU's SMs)
   order = tuple(i for i in range(len(x.shape)) if i not in axes) + tuple(axes)
   x = x.moved(("permute", order), ("reshape", kept + (size,)))
   target = Device.target(device)
