@@ -4708,6 +4708,15 @@ def test_activations_keep_their_values_and_gradients_at_the_tails():
   assert slope(Tensor.cosh, 1e-20) == pytest.approx(1e-20, rel=1e-6)
   assert slope(Tensor.acosh, 1.0) == math.inf  # (as torch's: not 0 * inf, nan)
 
+def test_a_double_max_is_nan_where_either_operand_is():  # (as a float32's, and the emulator's)
+  x = Tensor([1.0, 2.0], dtype=dtypes.float64)
+  assert all(map(math.isnan, x.maximum(math.nan).tolist() + x.minimum(math.nan).tolist()))
+  assert math.isnan(Tensor([1.0, math.nan], dtype=dtypes.float64).max().item())
+
+def test_a_remainder_by_zero_then_by_a_constant_stays_zero():  # (x%0 is 0: (x%0)%4 doesn't fold to x%4)
+  assert Tensor.arange(6).fmod(0).fmod(4).tolist() == [0] * 6
+  assert Tensor.arange(6, device="PYTHON").fmod(0).fmod(4).tolist() == [0] * 6
+
 def test_acosh_is_nan_everywhere_below_one():  # (past -4096, x + sqrt(x^2 - 1) cancels to 0, whose log is -inf)
   assert all(map(math.isnan, Tensor([-1.0, -5.0, -5000.0, -1e5, -1e10, -1e17, -1e19, 0.0, 0.99]).acosh().tolist()))
   x = Tensor([-5.0, -3.0], requires_grad=True)  # its slope there is torch's: 1 / sqrt(x^2 - 1), as if in its domain

@@ -230,7 +230,8 @@ class AxisType(Enum):  # (a plain class after import, as Ops)
   WARP = auto()  # (only an opt's kind: a matmul's tiles on a warp's tensor cores; its lanes are LOCAL)
 
 class Axis(NamedTuple):  # a RANGE's arg
-  id: int  # every range of the process has its own: ranges of different kernels never merge
+  id: int  # from one process-wide counter (new_range): ranges of different kernels never merge; a split range's
+  # outer part keeps it (apply_opt), and with it the range's place among the loops
   kind: AxisType
 
 class ThreadId(NamedTuple):  # a SPECIAL's arg: which index of the launch it reads
@@ -458,7 +459,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def addr(self) -> UOp: return self.src[1]
   @property
-  def value(self) -> UOp: return self.src[2]
+  def value(self) -> UOp: return self.src[2]  # a STORE's
   @property
   def gate(self) -> UOp|None:  # the condition a LOAD or STORE happens under; None: always
     return self.src[self._gate_at] if len(self.src) > self._gate_at else None
@@ -699,7 +700,7 @@ symbolic = PatternMatcher([
   (UPat(GroupOp.ALU, name="a"), lambda a: a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
     if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
   (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
-    # (scalars: an operand's dtype, as a compare of vectors is a bool)
+    # (scalars only; asked of an operand, as a compare's dtype is a scalar bool even over vectors)
     lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
   (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="u"), lambda u, c: u.const_like(_convert(u.dtype, c.arg))
     if u.dtype.count == 1 else None),
@@ -716,7 +717,7 @@ symbolic = PatternMatcher([
   (x * 1, lambda x: x),                                                 # x*1 -> x
   (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
   (x // 1, lambda x: x),                                                # x//1 -> x
-  (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x, x&False -> c
+  (UPat(Ops.AND, src=[x, UPat.cvar("c", dtypes.bool)]), lambda x, c: x if c.arg else c),  # x&True -> x, x&False: False
   (UPat(Ops.WHERE, src=(UPat.var(), x, x)), lambda x: x),               # c ? x : x -> x
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),  # True ? x : y -> x
   (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat(Ops.CONST, arg=True), UPat(Ops.CONST, arg=False))),
@@ -741,8 +742,8 @@ symbolic = PatternMatcher([
     if x.vmin >= 0 and c0.arg > 0 and c1.arg > 0 else None),
   ((xi % c0) // c1, lambda x, c0, c1: (x // c1.arg) % (c0.arg // c1.arg)          # (x%(k*c))//c -> (x//c)%k
     if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
-  ((xi % c0) % c1, lambda x, c0, c1: x % c1.arg                       # (x%(k*c))%c -> x%c
-    if x.vmin >= 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
+  ((xi % c0) % c1, lambda x, c0, c1: x % c1.arg                       # (x%(k*c))%c -> x%c (x%0 is 0: not that)
+    if x.vmin >= 0 and c0.arg > 0 and c1.arg > 0 and c0.arg % c1.arg == 0 else None),
   (xi % c0 + (xi // c0) * c0, lambda x, c0: x),                         # x%c + (x//c)*c -> x
   # comparisons
   (xidx + c0 < c1, lambda x, c0, c1: x < (c1.arg - c0.arg)),            # x+c0<c1 -> x<c1-c0
@@ -896,7 +897,9 @@ class ShapeTracker:
     return ShapeTracker(views, Move(fn, arg), self)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Tensor: a thin wrapper around one UOp. Every op builds graph; nothing runs until realize(), tolist() or item().
+# Tensor: a thin wrapper around one UOp. Every op builds graph; kernels run when a value is asked for (realize(),
+# tolist(), item(), numpy()), and when assign() (t += 1, t[i] = v, an optimizer's step) first realizes what reads the
+# buffer it overwrites.
 # The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
 
 class ShapeError(ValueError, RuntimeError):
@@ -1167,7 +1170,7 @@ class Tensor:
     n = prod(check_shape(shape))
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
     x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32) + Tensor._place(start, device)
-    for mul in (0x7FEB352D, 0x846CA68B):  # the lowbias32 integer hash: xor-shift, multiply, twice
+    for mul in (0x7FEB352D, 0x846CA68B):  # lowbias32's multipliers (xor-shift, multiply, twice), its shifts all 16
       x = (x ^ (x >> 16)) * mul
     return (x ^ (x >> 16)).reshape(shape)
   @staticmethod
@@ -1514,10 +1517,10 @@ class Tensor:
     apart = (a == b).where(0, (a - b).abs())  # (two equal infinities are 0 apart, not nan)
     return a.maximum(b) + (-apart).exp()._log1p()
   def pow(self, x) -> Tensor:
-    """A small int power by multiplying (exact, for ints too); else 2^(x log2 |base|), negative where the base is and
-    the power is odd, nan for a finite negative base to a non-integer power, 1 for x^0, 1^y and (-1)^inf, as C's pow.
-    That value is a POW node's, whose gradient is pow's own (torch's), not that of the ops that compute it (nan at a
-    zero base)."""
+    """A small int power by repeated multiplying (exact for ints, where 2^(x log2 |base|) would round); else
+    2^(x log2 |base|), negative where the base is and the power is odd, nan for a finite negative base to a non-integer
+    power, 1 for x^0, 1^y and (-1)^inf, as C's pow. That value is a POW node's, whose gradient is pow's own (torch's),
+    not that of the ops that compute it (nan at a zero base)."""
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
       for bit in reversed(bin(x)[2:]):  # the lowest first
@@ -2622,8 +2625,9 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   return {t: grads[t] for t in targets if t in grads}, stops
 
 # ---------------------------------------------------------------------------------------------------------------------
-# nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is lazy assigns to the
-# parameters and the optimizer's state, realized together: schedule_step() gives the tensors, step() realizes them.
+# nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is assigns to the
+# parameters and the optimizer's state: schedule_step() first realizes what reads their old values (the loss, the
+# gradients), then gives them with their writes pending; step() realizes those too.
 
 class Optimizer:
   def __init__(self, params:list[Tensor], lr:float):
@@ -3018,16 +3022,16 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
     return became[u]
   split = rebuild(sink, split_and_pack)
   reasons, has_reduce = kernel_outputs(split)  # the nodes stored, each with why
-  reads = kernel_inputs(split, reasons)
+  inputs_of = kernel_inputs(split, reasons)  # each stored node -> what its kernel reads
   first_new = len({r.slot for r in key.entries if isinstance(r, Read)})  # (the graph's own buffers come first)
-  stored = [u for u in reads if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
+  new_outputs = [u for u in inputs_of if u.op is not Ops.ASSIGN]  # an assign is stored in the buffer it writes
   views = {u: UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), Slot(first_new + i, prod(u.shape))),),
-                  ShapeTracker.contiguous(u.shape)) for i, u in enumerate(stored)}
-  views |= {u: u.src[0] for u in reads if u.op is Ops.ASSIGN}
+                  ShapeTracker.contiguous(u.shape)) for i, u in enumerate(new_outputs)}
+  views |= {u: u.src[0] for u in inputs_of if u.op is Ops.ASSIGN}
   entry_of = {became[u]: i for i, u in enumerate(slotted)}  # (split and packed) node -> its entry
-  items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(reads, has_reduce)]
+  items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(inputs_of, has_reduce)]
   stored_at = {r: view for item in items for r, view in item.stores.items()}  # entry -> the slot view that holds it
-  return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in stored],
+  return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in new_outputs],
               roots=[stored_at.get(r) for r in key.roots],
               writes={r: view for r, view in stored_at.items() if slotted[r].op is Ops.ASSIGN})
 
@@ -3054,7 +3058,6 @@ def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[S
 # again, it would write twice).
 def realized_view(u:UOp) -> UOp|None:
   if (ref := u.__dict__.get("realized")) is None: return None
-  # in a capture, a node realized outside it is computed again, so that the replay computes it from its own inputs
   if capturing.now is not None and u not in capturing.now.computed and u.op is not Ops.ASSIGN: return None
   return ref()
 def remember(u:UOp, view:UOp) -> UOp:
@@ -3258,17 +3261,17 @@ def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.
 def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
   return max(1, prod(c.shape) // max(1, prod(u.shape))) if c.op is Ops.VIEW and _expands(c.arg) else 1
 
-def kernel_inputs(sink:UOp, stored:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]]:
-  """For each stored node, in the order they are made, the stored nodes and the buffers its kernel reads, each with
-  whether it reads them only element by element, where they are written (see _in_place)."""
+def kernel_inputs(sink:UOp, reasons:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]]:
+  """For each stored node (the keys of reasons), in the order they are made, the stored nodes and the buffers its
+  kernel reads, each with whether it reads them only element by element, where they are written (see _in_place)."""
   reads: dict[UOp, dict[UOp, bool]] = {}
-  for r in (u for u in sink.toposort if u in stored):
+  for r in (u for u in sink.toposort if u in reasons):
     reads[r], stack, seen = {}, [(s, _in_place(r)) for s in r.src], set()
     while stack:
       u, aligned = stack.pop()
       if (u, aligned) in seen: continue
       seen.add((u, aligned))
-      if u in stored or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
+      if u in reasons or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
       else: stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return reads
 
@@ -3395,7 +3398,8 @@ def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
-  return Program(name, src, uops, *launch_dims(uops), *_cost(ast), " ".join(map(str, opts)))
+  (global_size, local_size), (flops, moved) = launch_dims(uops), _cost(ast)
+  return Program(name, src, uops, global_size, local_size, flops, moved, opts=" ".join(map(str, opts)))
 
 def params(ast:UOp) -> list[UOp]:  # a kernel's buffers in launch order: all of them, even one whose every read folded
   return sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
@@ -4690,7 +4694,8 @@ string_rules = PatternMatcher(vector_rules + [
     lambda ctx, a, b: f"fmod({ctx[a]},{ctx[b]})"),
   (UPat((Ops.IDIV, Ops.MOD), name="u"), _divide),
   (UPat((Ops.SHL, Ops.SHR), name="u"), _shift),
-  (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half), src=(UPat.var("a"), UPat.var("b")), name="u"),  # nan wins
+  # a float's max: nan wins, as python_alu's
+  (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half, dtypes.double), src=(UPat.var("a"), UPat.var("b")), name="u"),
     lambda ctx, u, a, b: _narrow(ctx, u, f"((({ctx[a]}<{ctx[b]})|({ctx[b]}!={ctx[b]}))?{ctx[b]}:{ctx[a]})")),
   # a double's: C's double functions (sqrt, exp2, ...), where the CPU dialect's table names float's (sqrtf, ...)
   (UPat((Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.double, name="u"),
