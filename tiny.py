@@ -2008,7 +2008,7 @@ class Tensor:
   def unflatten(self, dim:int, sizes) -> Tensor:
     d = self._dim(dim)
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d+1:])
-  def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim (an int: pieces of that size)
+  def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim
     d = self._dim(dim)
     n = self.shape[d]
     # (an int: pieces of that size, the last what is left; of a dim of 0, one empty piece)
@@ -2282,7 +2282,7 @@ class Tensor:
     """einops' rearrange: "b (h w) c -> b h w c", h=2: names for the dims (a group in parentheses is one dim of their
     product), moved to the right side's order and grouped as it says."""
     def side(text:str) -> list[list[str]]:  # the names of each dim: a group's, in parentheses, or one ("1": none)
-      return [[name] if name and name != "1" else group.split()
+      return [group.split() if not name else [] if name == "1" else [name]
               for group, name in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
     left, right = formula.split("->")
     # the dims "..." stands for, named _0, _1, ... (side() counts "..." as one name: + 1)
@@ -2457,9 +2457,9 @@ class Tensor:
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
     for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))
     # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
-    computed = [t.uop for t, view in zip(group, plan.roots) if view is not None and t.uop.op is not Ops.ASSIGN]
+    computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
-    for t, view in zip(group, plan.roots):
+    for t, view in zip(group, plan.root_views):
       if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
       else:
         held = bound(view)
@@ -2892,7 +2892,7 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
     try:
       dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
       start, end = info["data_offsets"]
-    except (TypeError, ValueError, ShapeError): raise malformed from None
+    except (TypeError, ValueError): raise malformed from None  # (a ShapeError is a ValueError)
     if not isinstance(start, int) or not isinstance(end, int): raise malformed
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
       raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
@@ -2989,7 +2989,7 @@ class Plan:
   structure: a new value is a new kernel, compiled once."""
   items: list[Kernel]                 # the kernels, in the order they run
   new_slots: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
-  roots: list[UOp|None]               # the view of the slot that holds each root; None: read from memory already
+  root_views: list[UOp|None]          # the view of the slot that holds each root; None: read from memory already
   writes: dict[int, UOp]              # each assign's entry -> the view it writes: realize() notes it done, as the roots
   programs: dict[tuple[int, int], list[Launch]] = field(default_factory=dict)  # (NOOPT, BEAM) -> its kernels lowered
   def run(self, buffers:list[Buffer], device:str) -> list[Buffer]:
@@ -3032,7 +3032,7 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(inputs_of, has_reduce)]
   stored_at = {r: view for item in items for r, view in item.stores.items()}  # entry -> the slot view that holds it
   return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in new_outputs],
-              roots=[stored_at.get(r) for r in key.roots],
+              root_views=[stored_at.get(r) for r in key.roots],
               writes={r: view for r, view in stored_at.items() if slotted[r].op is Ops.ASSIGN})
 
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each entry, reading buffers as slots
@@ -3140,8 +3140,9 @@ def pack(r:UOp, device:str) -> UOp:
   return r if srcs == r.src[0].src else r.replace(src=(r.src[0].replace(src=srcs),))
 
 # What one element of an op costs, in about one instruction: transcendentals and divisions are costly, other ALU ops 1,
-# views and loads nothing. Writing an element and reading it back costs STORE_COST: memory moves a float in about the
-# time the cores do 30 operations on it.
+# views and loads nothing (a rough weight for the scheduler: where a CPU lowers exp2 to arithmetic, it is 35
+# operations, see approximations; a GPU's is one instruction). Writing an element and reading it back costs
+# STORE_COST: memory moves a float in about the time the cores do 30 operations on it.
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores do about this many operations
@@ -3154,7 +3155,8 @@ class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the source
   row_reduces: frozenset  # the row reduces kept in its kernel
 
 def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
-  """The nodes stored to memory, each with why: "output", "contiguous", "assign" (asked for); "reduce": a reduce that
+  """The nodes stored to memory, each with why: "output", "contiguous", "assign" (asked for), "assigned from its own
+  buffer moved" (an assign's value reads the buffer it writes through a view that moves); "reduce": a reduce that
   would otherwise be recomputed (read by several, broadcast, or reduced again); "dear": work costing more to recompute
   per copy than to store (read through a broadcast: exp(x) in x.exp() @ w, once per output column).
   A row reduce (over the last axes) broadcast back over its own rows stays in its consumer: a softmax row's max, sum
@@ -4484,7 +4486,7 @@ class Renderer:
   buffer_prefix: str = ""  # before a pointer cast to a buffer
   streams: dict[int, str] = field(default_factory=dict)  # a store past the cache (see stream), by the vector's bytes
   fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
-  bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: C's one defined way is a union
+  bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: a union, defined in C and an expression
   tensor_cores: tuple[TensorCore, ...] = ()  # what on_tensor_cores may put a matmul's reduce on
   wmma: str = "{name}({a}, {b}, {c})"  # a WMMA of a, b, c: a call of its core's function
   to_bfloat16: str = "tiny_to_bf16({x})"      # a float x rounded to bfloat16 (see in_float32)
