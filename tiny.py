@@ -988,7 +988,7 @@ def flat_pairs(padding:Sequence[int], dims:int) -> list[tuple[int, int]]:
 
 class Bounded(dict):
   """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
-  most = 4096
+  most = 4096  # (plans, programs, templates: a model's steps make tens to hundreds of each)
   def __setitem__(self, key, value):
     if len(self) >= self.most and key not in self: self.pop(next(iter(self)), None)
     super().__setitem__(key, value)
@@ -3805,7 +3805,7 @@ def unrolled_compares(sink:UOp) -> list[Opt]:
   them: unroll them whole (outputs upcast, reduces unrolled) and every such compare folds away (a 1M cumsum's blocks:
   3.7x faster). At most 256 copies of the kernel's body."""
   pure = [ranges(u) for u in sink.toposort if u.op in GroupOp.Compare and not any(x.op is Ops.LOAD for x in u.toposort)]
-  small_sets = [rs for rs in pure if len(rs) > 1 and all(r.size <= 16 for r in rs)]
+  small_sets = [rs for rs in pure if len(rs) > 1 and all(r.size <= 16 for r in rs)]  # (16 x 16: the 256 copies)
   small = {r for rs in small_sets for r in rs}
   if not small or prod(r.size for r in small) > 256: return []
   return [Opt(AxisType.UNROLL if r.kind is AxisType.REDUCE else AxisType.UPCAST, r, r.size)
@@ -5119,7 +5119,8 @@ class _Device:
     if renderer.gpu:
       local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
       return Target(renderer, local_max, threads(), width=4)
-    return Target(renderer, 1, threads(), self[name].runtime.width, self[name].runtime.streams)
+    return Target(renderer, local_max=1, cores=threads(), width=self[name].runtime.width,
+                  streams=self[name].runtime.streams)
   def __getitem__(self, name:str) -> Compiled:
     if (dev := self.opened.get(name)) is not None: return dev  # (a name as opened is canonical)
     name = self.canonical(name)
@@ -5270,7 +5271,8 @@ class RawKernel:
     self.fn = Device[self.device].program(self.prog)
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float:
     bufs = [t.buffer() for t in tensors]  # (no outputs named: a TinyJit capture holds every one as it is)
-    return launch([(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), 0, "raw"))], bufs, wait)
+    launches = [(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), output_count=0, why="raw"))]
+    return launch(launches, bufs, wait)
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
   """The kernels that realizing these tensors would run, rendered for any device (present or not); nothing runs."""
