@@ -4708,6 +4708,14 @@ def test_activations_keep_their_values_and_gradients_at_the_tails():
   assert slope(Tensor.cosh, 1e-20) == pytest.approx(1e-20, rel=1e-6)
   assert slope(Tensor.acosh, 1.0) == math.inf  # (as torch's: not 0 * inf, nan)
 
+def test_sign_pow_and_sinh_at_their_edges_match_torch():
+  assert Tensor([INF, -INF, 0.0, 3.0, -2.0]).sign().tolist() == [1.0, -1.0, 0.0, 1.0, -1.0]  # (inf * 0 would be nan)
+  assert math.isnan(Tensor([math.nan]).sign().item())
+  assert (Tensor([5.0, 3.0, -7.0]) ** 2.0).tolist() == [25.0, 9.0, 49.0]  # a whole float power: exact, multiplied
+  assert (Tensor([-0.0]) ** -1.0).item() == -INF and math.copysign(1, (Tensor([-0.0]) ** 3.0).item()) == -1
+  for v in (89.0, -89.0, 20.0):  # (e^89 overflows a float32; sinh(89) doesn't)
+    assert Tensor([v]).sinh().item() == pytest.approx(math.sinh(v), rel=2e-6)
+
 def test_a_double_max_is_nan_where_either_operand_is():  # (as a float32's, and the emulator's)
   x = Tensor([1.0, 2.0], dtype=dtypes.float64)
   assert all(map(math.isnan, x.maximum(math.nan).tolist() + x.minimum(math.nan).tolist()))

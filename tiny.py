@@ -1430,7 +1430,10 @@ class Tensor:
     def near(a:Tensor) -> Tensor:
       e = a._expm1()
       return (e + e / (e + 1)) / 2
-    return self._odd(lambda a: a._near(0, 1, near, lambda y: (y.exp() - (-y).exp()) / 2))
+    def far(y:Tensor) -> Tensor:  # (e^y - e^-y) / 2, e^y as (e^(y/2))^2: finite as far as sinh is (89, not 88.7)
+      e = (y / 2).exp()
+      return e * (e * 0.5) - 0.5 / (e * e)
+    return self._odd(lambda a: a._near(0, 1, near, far))
   def cosh(self) -> Tensor:  # (its slope, sinh x, keeps its precision near 0, where (e^x - e^-x) / 2 cancels)
     return 1 + 2 * (self._float() / 2).sinh().square()
   def asinh(self) -> Tensor:  # below 2, log1p(x + x^2 / (1 + sqrt(x^2 + 1)))
@@ -1464,7 +1467,7 @@ class Tensor:
     t = 1 / (1 + 0.5 * self)
     return t * (t._horner([-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
                            1.48851587, -0.82215223, 0.17087277]) - self.square()).exp()
-  def sign(self) -> Tensor: return (self != 0).where((self < 0).where(-1, 1), 0) + self * 0  # (+ x*0: nan stays nan)
+  def sign(self) -> Tensor: return (self < 0).where(-1, (self > 0).where(1, self * 0))  # (0 and nan: x*0, nan stays)
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
     bits, whole = (52, dtypes.int64) if self.dtype == dtypes.double else (23, dtypes.int32)
@@ -1521,6 +1524,7 @@ class Tensor:
     2^(x log2 |base|), negative where the base is and the power is odd, nan for a finite negative base to a non-integer
     power, 1 for x^0, 1^y and (-1)^inf, as C's pow. That value is a POW node's, whose gradient is pow's own (torch's),
     not that of the ops that compute it (nan at a zero base)."""
+    if isinstance(x, float) and x.is_integer() and 0 <= x <= 64 and dtypes.is_float(self.dtype): x = int(x)  # x ** 2.0
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
       for bit in reversed(bin(x)[2:]):  # the lowest first
@@ -1535,7 +1539,7 @@ class Tensor:
     odd = (e / 2).trunc() * 2 != e
     # a negative base to a whole power: the magnitude, signed by the power; to any other, nan (-inf's: inf or 0, as C's)
     negative = whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan))
-    signed = (base < 0).where(negative, mag)
+    signed = (base < 0).where(negative, (base._sign_bit() & whole & odd).where(-mag, mag))  # (-0.0 ** -1: -inf)
     one = (e == 0) | (base == 1) | ((base == -1) & e.isinf())  # as C's pow, where the log's product is nan
     value = one.where(1, signed)
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
