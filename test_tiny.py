@@ -3895,6 +3895,17 @@ def test_gradient_through_a_cast_and_a_contiguous():
   check_gradient(lambda x: (x.half().float() * 3).contiguous().exp(), lambda x: x.map(lambda v: math.exp(3 * v)),
                  (_vals(rng, 6, -1, 1), (2, 3)), rtol=3e-3, atol=3e-3)
 
+def test_a_view_of_a_realized_result_leads_its_gradient_back_after_the_result_is_gone():
+  """What a result was computed from is noted on its buffer: a view taken of it, after its own tensor is dropped, still
+  leads the gradient back (it gave zeros, silently)."""
+  x = Tensor([3.0, 1.0], requires_grad=True)
+  assert (x * 2).realize()[0].gradient(x)[0].tolist() == [2.0, 0.0]
+  s = (x * x).realize()
+  y = s.reshape(2, 1)[::-1].sum()
+  del s
+  y.backward()
+  assert x.grad.tolist() == [6.0, 2.0]
+
 def test_realize_in_the_middle_changes_no_gradient():
   rng = random.Random(6)
   a, b = _vals(rng, 12), _vals(rng, 12)

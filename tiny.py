@@ -361,8 +361,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality. Besides its
   four fields and what it caches (shape, buffers, ...: cached_property, lock-free after import, see cached at the end),
   a tensor-level node holds two notes that never change what it computes: `realized`, the view of the buffer it was last
-  computed into (see remember), and `computed_from`, the graph a realized view was computed from, for gradients (see
-  computed_from)."""
+  computed into (see remember), and on a BUFFER, `computed_from`, the graph each realized view of it was computed from,
+  for gradients (see computed_from)."""
   op: Ops
   dtype: DType|None
   src: tuple[UOp, ...]
@@ -2467,8 +2467,8 @@ class Tensor:
       if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
       else:
         held = bound(view)
-        if t.uop in trained_from:
-          held.__dict__["computed_from"] = t.uop  # (the gradient walk goes on through it: see computed_from)
+        if t.uop in trained_from:  # (the gradient walk goes on through it: see computed_from)
+          held.src[0].__dict__.setdefault("computed_from", {})[held.arg] = t.uop
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -2552,9 +2552,11 @@ unmoves: dict[str, Callable] = {
 }
 
 def computed_from(u:UOp) -> UOp|None:
-  """The graph a realized result was computed from, where a gradient path runs through it (Tensor.realize notes it on
-  the result's view, outside the node's four fields: the view of equal memory is one node either way)."""
-  return u.__dict__.get("computed_from")
+  """The graph a realized result was computed from, where a gradient path runs through it. Tensor.realize notes it on
+  the result's BUFFER node, by the view's tracker, outside the node's four fields: the note lives as long as the
+  buffer, so a view taken of the result reaches it after the result's own tensor (and view node) is gone."""
+  if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER: return None
+  return u.src[0].__dict__.get("computed_from", {}).get(u.arg)
 
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
