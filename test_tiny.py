@@ -5043,6 +5043,13 @@ def test_var_mean_and_std_mean_are_the_two_reduces():
   assert_close(std.tolist(), [_var(r, 0) ** 0.5 for r in x])
   assert mean2.tolist() == mean.tolist()
 
+def test_a_0d_tensor_takes_dim_0_or_minus_1_where_torch_does():  # (its only place is 0)
+  t = Tensor(5.0)
+  assert t.argmax(0).item() == 0 and t.argmin(-1).item() == 0 and t.argmax(0, keepdim=True).shape == ()
+  assert [x.item() for x in t.topk(1)] == [5.0, 0] and t.transpose(0, -1).item() == 5.0
+  assert t.gather(0, Tensor(0)).item() == 5.0
+  with pytest.raises(IndexError): t.argmax(1)
+
 def test_a_scan_of_a_0d_tensor_is_its_value():  # (torch's cumsum and cummax of a scalar, along dim 0)
   values, index = Tensor(3.5).cummax(0)
   assert Tensor(3.5).cumsum(0).item() == 3.5 and values.item() == 3.5 and index.item() == 0

@@ -1653,6 +1653,7 @@ class Tensor:
     return self / norm.maximum(eps)
   def argmax(self, axis=None, keepdim=False) -> Tensor:  # the first of the largest
     if axis is None: return self.flatten().argmax(0).reshape((1,) * self.ndim if keepdim else ())
+    if not self.ndim: return self.reshape(1).argmax(self._dim(axis)).reshape(())  # (a 0-d tensor's only place: 0)
     # stored first, then compared with its max: a C compiler fuses a*b+c where it likes, so x computed again in
     # another kernel than the max's could differ in the last bit, and match no element of it
     d, x = self._dim(axis), self.contiguous()
@@ -1732,6 +1733,7 @@ class Tensor:
   # (sorted_ is in tinygrad's signature: the result here is always sorted)
   def topk(self, k:int, dim=-1, largest=True, sorted_=True) -> tuple[Tensor, Tensor]:
     d = self._dim(dim)
+    if not self.ndim: return tuple(t.reshape(()) for t in self.reshape(1).topk(max(k, 1), d, largest))  # (as torch's)
     if not 0 <= k <= self.shape[d]: raise ValueError(f"topk's k={k} is out of range for dim {d} of shape {self.shape}")
     values, where = self.sort(d, descending=largest)
     return values._along(d, 0, k), where._along(d, 0, k)
@@ -1810,6 +1812,7 @@ class Tensor:
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
     a, b = self._dim(dim0), self._dim(dim1)
+    if not self.ndim: return self  # (its dims 0 and -1 are none)
     order[a], order[b] = order[b], order[a]
     return self.permute(order)
   @property
@@ -1927,6 +1930,7 @@ class Tensor:
   def gather(self, dim:int, index:Tensor) -> Tensor:
     """out[i][j] = x[i][index[i][j]] (dim 1): each index compared with every place along dim, as _pick."""
     d = self._index_dim("gather", dim, index)
+    if not self.ndim: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
     along = x.unsqueeze(-1).transpose(d, -1)  # [.., 1 at d, .., n]: against the one-hot's [.., j at d, .., n]
     return index._one_hot(self.shape[d]).where(along, 0).sum(-1).cast(self.dtype)
