@@ -5043,6 +5043,12 @@ def test_var_mean_and_std_mean_are_the_two_reduces():
   assert_close(std.tolist(), [_var(r, 0) ** 0.5 for r in x])
   assert mean2.tolist() == mean.tolist()
 
+@pytest.mark.parametrize("name, x", [("exp", 10.0), ("asinh", 300.0), ("acosh", 300.0), ("cos", 1.57), ("tan", 1.2),
+                                     ("sinh", 5.0), ("tanh", 0.3), ("sigmoid", -3.0), ("erf", 0.7), ("log", 3.0)])
+def test_a_half_transcendental_is_computed_in_float32_and_rounded_once(name, x):  # as torch's
+  want = (lambda v: 1 / (1 + math.exp(-v))) if name == "sigmoid" else getattr(math, name)
+  assert getattr(Tensor([x], dtype=dtypes.half), name)().item() == f16(want(f16(x)))
+
 def test_a_0d_tensor_takes_dim_0_or_minus_1_where_torch_does():  # (its only place is 0)
   t = Tensor(5.0)
   assert t.argmax(0).item() == 0 and t.argmin(-1).item() == 0 and t.argmax(0, keepdim=True).shape == ()
