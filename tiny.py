@@ -1003,7 +1003,7 @@ def composite(fn:Callable) -> Callable:
   def built(*args, **kwargs) -> Tensor: return replayed(fn, templates, args, kwargs)
   return built
 
-def in_float32(fn:Callable) -> Callable:
+def via_float32(fn:Callable) -> Callable:
   """A function of a 16-bit float computed in float32 and rounded back once, as torch's: rounded at each step, half's
   exp(10) was 5 ulps off, its cos near pi/2 0, and its x^2 (acosh of 300) past its largest value."""
   @functools.wraps(fn)
@@ -1381,24 +1381,24 @@ class Tensor:
 
   def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
   def log2(self) -> Tensor: return self._unary(Ops.LOG2)
-  @in_float32
+  @via_float32
   def exp(self) -> Tensor:  # (the CPU's lowering finds this product and reduces x by ln 2 itself: _exp)
     return (self._float() * (1 / math.log(2))).exp2()
-  @in_float32
+  @via_float32
   def log(self) -> Tensor: return self.log2() * math.log(2)
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
-  @in_float32
+  @via_float32
   def cos(self) -> Tensor: return 1 - 2 * (self._float() / 2).sin().square()  # (x + pi/2 would round a large x)
   @composite
   def relu(self) -> Tensor: return (self > 0).where(self, 0)  # tinygrad's: its gradient at 0 is 0 (maximum's is 1/2)
-  @in_float32
+  @via_float32
   @composite
   def sigmoid(self) -> Tensor:  # from e^-|x| <= 1: no inf in the value or the gradient
     x = self._float()
     e = (self >= 0).where(-x, x).exp()  # (not -|x|: |x|'s gradient at 0 is 0)
     return (self >= 0).where(1 / (1 + e), e / (1 + e))
-  @in_float32
+  @via_float32
   @composite
   def tanh(self) -> Tensor:  # -e / (2 + e) from e = e^-2|x| - 1 in (-1, 0]: no cancellation near 0
     def of(a:Tensor) -> Tensor:
@@ -1411,7 +1411,7 @@ class Tensor:
   def square(self) -> Tensor: return self * self
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def log10(self) -> Tensor: return self.log2() * math.log10(2)
-  @in_float32
+  @via_float32
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def _odd(self, f:Callable[[Tensor], Tensor]) -> Tensor:
     """f(|x|) with x's sign (-0.0's too), for an odd f: at 0 the slope is f's."""
@@ -1422,7 +1422,7 @@ class Tensor:
   def _sign_bit(self) -> Tensor:  # set for -0.0 too: the float's bits as an int of its size are negative
     if not dtypes.is_float(self.dtype): return self < 0
     return self.bitcast({2: dtypes.short, 4: dtypes.int, 8: dtypes.long}[self.dtype.itemsize]) < 0
-  @in_float32
+  @via_float32
   def atan(self) -> Tensor:
     """For |x| <= 1, twice halved (atan x = 2 atan(x / (1 + sqrt(1 + x^2)))) to |x| <= 0.2, then its odd series to
     x^15 (error below 2e-12); for |x| > 1, pi/2 - atan(1/x)."""
@@ -1433,9 +1433,9 @@ class Tensor:
       series = y * sum(((-1) ** k / (2 * k + 1)) * (y * y) ** k for k in range(8)) * 4  # (* 4: the two halvings)
       return big.where(math.pi / 2 - series, series)
     return self._odd(of)
-  @in_float32
+  @via_float32
   def asin(self) -> Tensor: return (self._float() / (1 - self._float().square()).sqrt()).atan()
-  @in_float32
+  @via_float32
   def acos(self) -> Tensor: return math.pi / 2 - self.asin()
   # e^x - 1 and log(1 + x), written out, cancel near 0 (acosh's: near 1); there these use forms that don't. Elsewhere,
   # and outside the domain (where torch's gradient is still the derivative's formula), the written-out forms.
@@ -1444,7 +1444,7 @@ class Tensor:
     so that its gradient there is 0, not nan (a where's unused side still multiplies its zero by the side's slope)."""
     inside = (self >= low) & (self < high)
     return inside.where(near(inside.where(self, (low + high) / 2)), far(inside.where(high, self)))
-  @in_float32
+  @via_float32
   def sinh(self) -> Tensor:  # below 1, (e + e / (e + 1)) / 2 for e = e^|x| - 1
     def near(a:Tensor) -> Tensor:
       e = a._expm1()
@@ -1453,14 +1453,14 @@ class Tensor:
       e = (y / 2).exp()
       return e * (e * 0.5) - 0.5 / (e * e)
     return self._odd(lambda a: a._near(0, 1, near, far))
-  @in_float32
+  @via_float32
   def cosh(self) -> Tensor:  # (its slope, sinh x, keeps its precision near 0, where (e^x - e^-x) / 2 cancels)
     return 1 + 2 * (self._float() / 2).sinh().square()
-  @in_float32
+  @via_float32
   def asinh(self) -> Tensor:  # below 2, log1p(x + x^2 / (1 + sqrt(x^2 + 1)))
     def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
     return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
-  @in_float32
+  @via_float32
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
     # (below -1, outside its domain: -log(x - sqrt(x^2 - 1)), the same nan with the same slope as
     # log(x + sqrt(x^2 - 1)), which past -4096 cancels to log(0), -inf)
@@ -1470,7 +1470,7 @@ class Tensor:
     # log(x + sqrt(x^2 + c)); past 1e18, where x^2 + c rounds to x^2 (and short of float32's x^2 overflow at 1.8e19),
     # log(2x)
     return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
-  @in_float32
+  @via_float32
   def atanh(self) -> Tensor:  # below 1/2, (log1p(x) - log1p(-x)) / 2
     return self._odd(lambda a: a._near(0, 0.5, lambda b: (b._log1p() - (-b)._log1p()) / 2,
                                        lambda a: ((1 + a) / (1 - a)).log() / 2))
@@ -1482,7 +1482,7 @@ class Tensor:
     return u.log() + (self - (u - 1)) / u
   def _horner(self, coefficients:list[float]) -> Tensor:  # c0 + x (c1 + x (c2 + ...))
     return functools.reduce(lambda acc, c: acc * self + c, reversed(coefficients[:-1]), coefficients[-1])
-  @in_float32
+  @via_float32
   def erf(self) -> Tensor:
     """Below 1/2, its series to x^13 (error below 1e-9); past it, 1 - erfc (below 3e-8)."""
     terms = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7)]
