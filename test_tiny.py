@@ -2302,6 +2302,13 @@ def have_nvrtc() -> bool:
 needs_nvrtc = pytest.mark.skipif(not have_nvrtc(), reason="no libnvrtc (pip install nvidia-cuda-nvrtc)")
 NEED_GPU = "DEVICE=CUDA needs an NVIDIA GPU and driver"
 
+def test_a_double_exp_is_the_c_librarys():  # (2**(x * log2 e) rounds the product: some 300 ulps off at 700)
+  xs = [700.0, -700.0, 1.5, 0.0, 709.7, -745.0, 3.0e-5]
+  assert Tensor(xs, dtype=dtypes.float64).exp().tolist() == [math.exp(x) for x in xs]
+  if have_nvrtc():
+    kernel, = tiny.render(Tensor.empty(5, dtype=dtypes.float64).exp(), device="CUDA")
+    assert "exp(" in kernel.src and cuda_rt.nvrtc_compile(kernel.src, "sm_80")[:4] == b"\x7fELF"
+
 @needs_nvrtc
 def test_uint64_kernels_compile_for_cuda_and_render_for_metal():
   u = Tensor.empty(33, dtype=dtypes.uint64)

@@ -4733,7 +4733,10 @@ string_rules = PatternMatcher(vector_rules + [
   # a float's max: nan wins, as python_alu's
   (UPat(Ops.MAX, dtype=(dtypes.float, dtypes.half, dtypes.double), src=(UPat.var("a"), UPat.var("b")), name="u"),
     lambda ctx, u, a, b: _narrow(ctx, u, f"((({ctx[a]}<{ctx[b]})|({ctx[b]}!={ctx[b]}))?{ctx[b]}:{ctx[a]})")),
-  # a double's: C's double functions (sqrt, exp2, ...), where the CPU dialect's table names float's (sqrtf, ...)
+  # a double's: C's double functions (sqrt, exp2, ...), where the CPU dialect's table names float's (sqrtf, ...); its
+  # e^x (Tensor.exp's 2**(x * log2(e))) is C's exp, as rounding that product would cost up to |x| ulps (see _exp)
+  (UPat(Ops.EXP2, dtypes.double, src=(UPat(Ops.MUL, src=[UPat.var("x"), UPat(Ops.CONST, arg=1 / math.log(2))]),)),
+    lambda ctx, x: f"exp({ctx[x]})"),
   (UPat((Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.double, name="u"),
     lambda ctx, u: c_code_for_op[u.op](ctx[u.src[0]])),
   (UPat(tuple(GroupOp.ALU), name="u"), lambda ctx, u: _narrow(ctx, u, ctx.code_for_op[u.op](*[ctx[s] for s in u.src]))),
@@ -4782,7 +4785,7 @@ CPU = Renderer(
            for bits, call in ((128, "_mm_stream_ps"), (256, "_mm256_stream_ps"), (512, "_mm512_stream_ps"))},
   fence="_mm_sfence();",
   # math.h only where a kernel calls into it: it is a sixth of a small kernel's compile (78 -> 65 ms, gcc 12)
-  headers={**dict.fromkeys(("sqrtf", "exp2f", "log2f", "sinf", "sqrt", "exp2", "log2", "sin", "fmod", "NAN",
+  headers={**dict.fromkeys(("sqrtf", "exp2f", "log2f", "sinf", "sqrt", "exp2", "exp", "log2", "sin", "fmod", "NAN",
                             "INFINITY"), ("#include <math.h>",)), "_mm_sfence": ("#include <immintrin.h>",),
            # a bfloat16 is a float's top half, rounded to the nearest, ties to even; nan stays nan
            "tiny_to_bf16": ("static inline unsigned short tiny_to_bf16(float x) { unsigned int u = "
