@@ -5056,6 +5056,13 @@ def test_a_half_transcendental_is_computed_in_float32_and_rounded_once(name, x):
   want = (lambda v: 1 / (1 + math.exp(-v))) if name == "sigmoid" else getattr(math, name)
   assert getattr(Tensor([x], dtype=dtypes.half), name)().item() == f16(want(f16(x)))
 
+def test_a_0d_bool_index_adds_a_dim_of_one_or_none_and_masked_select_broadcasts_self():  # (numpy's, torch's)
+  x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+  assert x[Tensor(False)].shape == (0, 2, 2) and x[Tensor(True)].tolist() == [[[1.0, 2.0], [3.0, 4.0]]]
+  assert x[0, Tensor(True)].tolist() == [[1.0, 2.0]]
+  row, mask = [1.0, -2.0, 3.0], [[True, False, True], [False, True, False]]
+  assert Tensor(row).masked_select(Tensor(mask)).tolist() == [1.0, 3.0, -2.0]
+
 def test_a_0d_tensor_takes_dim_0_or_minus_1_where_torch_does():  # (its only place is 0)
   t = Tensor(5.0)
   assert t.argmax(0).item() == 0 and t.argmin(-1).item() == 0 and t.argmax(0, keepdim=True).shape == ()

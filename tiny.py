@@ -1874,6 +1874,8 @@ class Tensor:
     for i in idx:
       width = i.ndim if mask(i) else 1  # the dims it covers
       if i is None: x = x.unsqueeze(dim)
+      elif mask(i) and not i.ndim:  # a new dim, of one element where it is True, of none where False (numpy's)
+        x, width = x.unsqueeze(dim)._along(dim, 0, int(i.item())), 1
       elif mask(i):  # picked where it is True
         if i.shape != x.shape[dim:dim + width]:
           raise IndexError(f"a bool index of shape {i.shape} for dims of {x.shape[dim:dim + width]}")
@@ -1996,7 +1998,8 @@ class Tensor:
   def masked_select(self, mask:Tensor, size:int|None=None, fill_value=0) -> Tensor:
     """The elements where mask (broadcast) is True, in order; size: that many, cut or filled with fill_value."""
     if mask.dtype != dtypes.bool: raise DTypeError(f"masked_select needs a bool mask, got {mask.dtype.name}")
-    picked = self[mask._expand(broadcast_shape(self.shape, mask.shape))]
+    shape = broadcast_shape(self.shape, mask.shape)
+    picked = self._expand(shape)[mask._expand(shape)]
     return picked if size is None else picked[:size].pad((0, max(0, size - picked.shape[0])), value=fill_value)
   def nonzero(self, size:int|None=None, fill_value=0) -> Tensor:
     """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back
