@@ -4582,6 +4582,17 @@ def test_pow_keeps_tinygrads_sign_and_int_rules():
   with pytest.raises(TypeError, match="int"): Tensor([2, 3]) ** -1
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_an_int_to_an_int_tensors_power_is_exact_and_wraps(device):  # as torch's (its float form gave 10**2 = 99.99)
+  rng = random.Random(7)
+  bases, powers = [rng.randint(-12, 12) for _ in range(67)], [rng.randint(-3, 70) for _ in range(67)]
+  def want(b, e):  # int32's: wrapped; a negative power, 1 / b**-e toward 0
+    if e < 0: return 1 if b == 1 else (-1) ** e if b == -1 else 0
+    return (b ** e + 2**31) % 2**32 - 2**31
+  got = Tensor(bases, device=device) ** Tensor(powers, device=device)
+  assert got.dtype == dtypes.int32 and got.tolist() == [want(b, e) for b, e in zip(bases, powers)]
+  assert (10 ** Tensor([1, 2, 3], device=device)).tolist() == [10, 100, 1000]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_pow_has_its_own_gradient_at_zero_negative_and_infinite_bases(device):
   """d/db b^e = e b^(e-1) (0 where e is 0) and d/de b^e = b^e ln b (0 where b is 0 and e >= 0), as torch's: not what
   the exp2 and log2 that compute the value would give (nan at 0, 0 where the value is nan)."""

@@ -1557,6 +1557,7 @@ class Tensor:
       return out
     if not dtypes.is_float(self.dtype) and not isinstance(x, (Tensor, float)):
       raise DTypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
+    if isinstance(x, Tensor) and dtypes.is_int(dtypes.promote(self.dtype, x.dtype)): return self._int_pow(x)
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
     whole = e == e.trunc()
@@ -1567,6 +1568,16 @@ class Tensor:
     one = (e == 0) | (base == 1) | ((base == -1) & e.isinf())  # as C's pow, where the log's product is nan
     value = one.where(1, signed)
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
+  def _int_pow(self, e:Tensor) -> Tensor:
+    """An int to an int tensor's power, exact, as torch's: square and multiply over the exponent's bits, wrapping as
+    the dtype's ints do. A negative power is 1 / b^-e rounded toward 0: 1 for b = 1, +-1 for b = -1, else 0."""
+    b, e = self._broadcast(e)
+    out, square = b.ones_like(), b
+    for k in range(8 * e.dtype.itemsize - 1):
+      out = ((e >> k) & 1).cast(dtypes.bool).where(out * square, out)
+      square = square * square
+    negative = (b == 1).where(1, (b == -1).where((e & 1).cast(dtypes.bool).where(-1, 1), 0))
+    return (e < 0).where(negative, out)
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
   bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
