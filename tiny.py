@@ -1466,9 +1466,8 @@ class Tensor:
     # log(x + sqrt(x^2 - 1)), which past -4096 cancels to log(0), -inf)
     def far(a:Tensor) -> Tensor: return (a < 0).where(-(a - (a.square() - 1).sqrt()).log(), a._arc(-1))
     return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), far)
-  def _arc(self, c:int) -> Tensor:
-    # log(x + sqrt(x^2 + c)); past 1e18, where x^2 + c rounds to x^2 (and short of float32's x^2 overflow at 1.8e19),
-    # log(2x)
+  def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, log(2x): x^2 + c is x^2 there, and a
+    # float32's x^2 overflows at 1.8e19
     return (self > 1e18).where(self.maximum(1e18).log() + math.log(2), (self + (self.square() + c).sqrt()).log())
   @via_float32
   def atanh(self) -> Tensor:  # below 1/2, (log1p(x) - log1p(-x)) / 2
@@ -3651,8 +3650,7 @@ def _times_power_of_two(f:UOp, n:UOp) -> UOp:
 def _log2(x:UOp) -> UOp:
   """log2(x) = e + log2(1+f) for x = (1+f) * 2**e with 1+f in [sqrt(1/2), sqrt(2)): e from the exponent bits, and
   log2(1+f) = f * Q(f), a polynomial in f; f = mantissa - 1 is exact (the usual s = f / (2 + f) would round in its
-  division). A subnormal x is scaled by 2**23
-  first. 0, negatives, inf and nan get their results at the end."""
+  division). A subnormal x is scaled by 2**23 first. 0, negatives, inf and nan get their results at the end."""
   subnormal = x < 1.1754943508222875e-38  # 2**-126
   bits = subnormal.where(x * 8388608.0, x).bitcast(dtypes.int)
   mantissa = ((bits & 0x007FFFFF) | 0x3F800000).bitcast(dtypes.float)  # in [1, 2)
