@@ -4580,6 +4580,7 @@ def test_pow_keeps_tinygrads_sign_and_int_rules():
   assert got[0] == -8.0 and math.isnan(got[1]) and got[2] == 1.0 and got[3] == math.inf and got[4:] == [9.0, 64.0]
   assert (Tensor([2, -3]) ** 3).tolist() == [8, -27] and (Tensor([2, -3]) ** 3).dtype == dtypes.int
   with pytest.raises(TypeError, match="int"): Tensor([2, 3]) ** -1
+  assert (Tensor([2, 3, -1]) ** 100).tolist() == [(v ** 100 + 2**31) % 2**32 - 2**31 for v in (2, 3, -1)]  # wraps
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_an_int_to_an_int_tensors_power_is_exact_and_wraps(device):  # as torch's (its float form gave 10**2 = 99.99)

@@ -46,10 +46,9 @@ def getenv(key:str, default:int=0, least:int=0) -> int:
   return setting(key, value, least) if value else default
 @functools.lru_cache(maxsize=256)  # each read is parsed once
 def setting(key:str, value:str, least:int) -> int:
-  try: n = int(value)
-  except ValueError: n = least - 1  # not a number: as wrong as one too small
-  if n < least: raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
-  return n
+  if not value.strip().lstrip("-").isdigit() or int(value) < least:
+    raise ValueError(f"{key}={value!r}: expected a whole number, at least {least}")
+  return int(value)
 
 class Context(contextlib.ContextDecorator):
   """tinygrad's: settings for a block, or a function it decorates, as if set in the environment (Context(DEBUG=2)).
@@ -154,9 +153,10 @@ class dtypes:
     signed = [d.itemsize for d in ds if dtypes.is_int(d) and not dtypes.is_unsigned(d)]
     if dtypes.is_float(top) or not unsigned or not signed: return top
     if max(unsigned) == 8: raise DTypeError(f"no int holds both {' and '.join(d.name for d in ds)}: cast one first")
-    return {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[max(2 * max(unsigned), *signed)]  # (uint32 at most)
+    width = max(2 * max(unsigned), *signed)  # an unsigned int fits in a signed one twice as wide
+    return {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[width]
   @staticmethod
-  def python(d:DType) -> type:
+  def python(d:DType) -> type:  # (Python's bool, int and float: a class body's names don't reach its methods)
     if dtypes.is_float(d): return float
     return bool if d.fmt == "?" else int
 
@@ -673,7 +673,8 @@ def common_factor(x:UOp, c:int, op:Ops) -> UOp|None:
     rest = [t for t in terms if t.const_factor() % g]
     b = functools.reduce(operator.add, rest) if rest else x.const_like(0)
     if b.vmin < 0 or b.vmax >= g: continue
-    a, n = functools.reduce(operator.add, [exact_div(t, g) for t in terms if t.const_factor() % g == 0]), c // g
+    a = functools.reduce(operator.add, [exact_div(t, g) for t in terms if t.const_factor() % g == 0])
+    n = c // g  # what is left of c once g is divided out
     return a // n if op is Ops.IDIV else (a % n) * g + b
   return None
 
@@ -700,7 +701,7 @@ symbolic = PatternMatcher([
   (UPat(GroupOp.ALU, name="a"), lambda a: a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
     if all(map(is_const, a.src)) and a.dtype.count == 1 else None),
   (UPat(GroupOp.ALU, dtype=ints + (dtypes.bool,), name="a"),
-    # (scalars only; asked of an operand, as a compare's dtype is a scalar bool even over vectors)
+    # (scalars only: ask an operand, since a compare of vectors is typed plain bool)
     lambda a: a.const_like(a.vmin) if a.vmin == a.vmax and a.src[-1].dtype.count == 1 else None),
   (UPat(Ops.CAST, src=(UPat.cvar("c"),), name="u"), lambda u, c: u.const_like(_convert(u.dtype, c.arg))
     if u.dtype.count == 1 else None),
@@ -756,6 +757,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.STORE, src=(x, y, UPat.var("v"), UPat.cvar("g")), name="u"),
     lambda u, x, y, v, g: u.replace(src=(x, y, v)) if g.arg else None),     # store if True -> store
 ])
+
+del x, y, c0, c1, xi, yi, xidx  # (the rules' pattern variables: no later code reads them)
 
 def simplify(u:UOp) -> UOp: return graph_rewrite(u, symbolic)
 
@@ -1004,12 +1007,13 @@ def composite(fn:Callable) -> Callable:
   return built
 
 def via_float32(fn:Callable) -> Callable:
-  """A function of a 16-bit float computed in float32 and rounded back once, as torch's: rounded at each step, half's
-  exp(10) was 5 ulps off, its cos near pi/2 0, and its x^2 (acosh of 300) past its largest value."""
+  """A float function computed in float32 at least, and rounded once to the tensor's float dtype (an int's: the
+  default float), as torch's: a 16-bit float rounded at each step made half's exp(10) 5 ulps off, its cos near pi/2 0,
+  and its x^2 (acosh of 300) pass its largest value. (Not every dialect has 16-bit transcendentals either.)"""
   @functools.wraps(fn)
   def wrapped(self, *args, **kwargs) -> Tensor:
-    if self.dtype not in dtypes.narrow: return fn(self, *args, **kwargs)
-    return fn(self.float(), *args, **kwargs).cast(self.dtype)
+    if self.dtype.itemsize >= 4: return fn(self, *args, **kwargs)
+    return fn(self.float(), *args, **kwargs).cast(self._float().dtype)
   return wrapped
 
 def creates(fn:Callable) -> staticmethod:
@@ -1179,7 +1183,7 @@ class Tensor:
     n = prod(check_shape(shape))
     start, Tensor._counter = Tensor._counter, Tensor._counter + n
     x = Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtypes.uint32) + Tensor._place(start, device)
-    for mul in (0x7FEB352D, 0x846CA68B):  # lowbias32's multipliers (xor-shift, multiply, twice), its shifts all 16
+    for mul in (0x7FEB352D, 0x846CA68B):  # lowbias32's multipliers (xor-shift, multiply, twice); shifts of 16 here
       x = (x ^ (x >> 16)) * mul
     return (x ^ (x >> 16)).reshape(shape)
   @staticmethod
@@ -1289,9 +1293,8 @@ class Tensor:
     return self._like(ts[0].uop.alu(op, *[t.uop for t in ts[1:]]))
   alu = _alu
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
-  def _float32_at_least(self) -> Tensor: return self.cast(dtypes.float) if self.dtype.itemsize < 4 else self._float()
-  # in float32 at least (not every dialect has 16-bit transcendentals), then back to its float dtype (an int's: default)
-  def _unary(self, op:Ops) -> Tensor: return self._like(self._float32_at_least().uop.alu(op)).cast(self._float().dtype)
+  @via_float32
+  def _unary(self, op:Ops) -> Tensor: return self._like(self._float().uop.alu(op))
 
   def add(self, x) -> Tensor: return self._alu(Ops.ADD, x)
   def mul(self, x) -> Tensor: return self._alu(Ops.MUL, x)
@@ -1355,8 +1358,9 @@ class Tensor:
   def maximum(self, x) -> Tensor: return self._alu(Ops.MAX, x)
   def minimum(self, x) -> Tensor:  # through max, so a nan wins here too
     a, b = self._broadcast(x)
-    return a._reverse_order().maximum(b._reverse_order())._reverse_order()  # min(a, b) = -max(-a, -b)
-  def _reverse_order(self) -> Tensor: return -self if dtypes.is_float(self.dtype) else ~self  # ~x never overflows
+    return a._reverse_order().maximum(b._reverse_order())._reverse_order()  # min(a, b) = r(max(r(a), r(b)))
+  def _reverse_order(self) -> Tensor:  # r: -x for floats, ~x for ints (-INT_MIN overflows, ~x never does)
+    return -self if dtypes.is_float(self.dtype) else ~self
   @composite
   def where(self, x, y) -> Tensor:
     """A Python scalar branch takes the other branch's dtype, as it would in x + 3; two scalars take their own."""
@@ -1459,12 +1463,12 @@ class Tensor:
   @via_float32
   def asinh(self) -> Tensor:  # below 2, log1p(x + x^2 / (1 + sqrt(x^2 + 1)))
     def near(b:Tensor) -> Tensor: return (b + b.square() / (1 + (b.square() + 1).sqrt()))._log1p()
-    return self._odd(lambda a: a._near(0, 2, near, lambda a: a._arc(1)))
+    return self._odd(lambda a: a._near(0, 2, near, lambda b: b._arc(1)))
   @via_float32
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
-    # (below -1, outside its domain: -log(x - sqrt(x^2 - 1)), the same nan with the same slope as
-    # log(x + sqrt(x^2 - 1)), which past -4096 cancels to log(0), -inf)
-    def far(a:Tensor) -> Tensor: return (a < 0).where(-(a - (a.square() - 1).sqrt()).log(), a._arc(-1))
+    def far(a:Tensor) -> Tensor:  # log(x + sqrt(x^2 - 1))
+      outside = -(a - (a.square() - 1).sqrt()).log()  # below -1: the same nan and slope, without cancelling to log(0)
+      return (a < 0).where(outside, a._arc(-1))
     return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), far)
   def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, log(2x): x^2 + c is x^2 there, and a
     # float32's x^2 overflows at 1.8e19
@@ -1536,7 +1540,7 @@ class Tensor:
     return b._sign_bit().where(-a.abs(), a.abs())
   def fmod(self, x) -> Tensor:  # C's remainder: exact, with the dividend's sign (a 16-bit float's, in float32)
     a, b = self._broadcast(x)
-    wide = dtypes.float if dtypes.is_float(a.dtype) and a.dtype.itemsize < 4 else a.dtype
+    wide = dtypes.float if a.dtype in dtypes.narrow else a.dtype
     return a._like(a.cast(wide).uop.alu(Ops.MOD, b.cast(wide).uop)).cast(a.dtype)
   def logaddexp(self, other) -> Tensor:  # max(a, b) + log1p(e^-|a - b|): no exp overflows, no log cancels
     a, b = self._broadcast(other)
@@ -1554,8 +1558,9 @@ class Tensor:
         if bit == "1": out = out * base
         base = base * base
       return out
-    if not dtypes.is_float(self.dtype) and not isinstance(x, (Tensor, float)):
-      raise DTypeError(f"an int tensor's power must be an int from 0 to 64, got {x!r}: use a float tensor")
+    if isinstance(x, int) and not dtypes.is_float(self.dtype):  # past 64: exact too, square and multiply
+      if x < 0: raise DTypeError(f"an int tensor to a negative power ({x}) is a fraction: use a float tensor")
+      x = Tensor(x, dtype=self.dtype, device=self.device)
     if isinstance(x, Tensor) and dtypes.is_int(dtypes.promote(self.dtype, x.dtype)): return self._int_pow(x)
     base, e = self._float()._broadcast(x)
     mag = (base.abs().log2() * e).exp2()
@@ -1563,7 +1568,8 @@ class Tensor:
     odd = (e / 2).trunc() * 2 != e
     # a negative base to a whole power: the magnitude, signed by the power; to any other, nan (-inf's: inf or 0, as C's)
     negative = whole.where(odd.where(-mag, mag), (base == -math.inf).where(mag, math.nan))
-    signed = (base < 0).where(negative, (base._sign_bit() & whole & odd).where(-mag, mag))  # (-0.0 ** -1: -inf)
+    negative_zero = base._sign_bit() & whole & odd  # -0.0 to an odd power keeps its sign (-0.0 ** -1: -inf)
+    signed = (base < 0).where(negative, negative_zero.where(-mag, mag))
     one = (e == 0) | (base == 1) | ((base == -1) & e.isinf())  # as C's pow, where the log's product is nan
     value = one.where(1, signed)
     return value._like(UOp(Ops.POW, value.dtype, (base.uop, e.uop, value.uop)))
@@ -1572,7 +1578,7 @@ class Tensor:
     the dtype's ints do. A negative power is 1 / b^-e rounded toward 0: 1 for b = 1, +-1 for b = -1, else 0."""
     b, e = self._broadcast(e)
     out, square = b.ones_like(), b
-    for k in range(8 * e.dtype.itemsize - 1):
+    for k in range(8 * e.dtype.itemsize - 1):  # every bit but the sign: a negative power is below
       out = ((e >> k) & 1).cast(dtypes.bool).where(out * square, out)
       square = square * square
     negative = (b == 1).where(1, (b == -1).where((e & 1).cast(dtypes.bool).where(-1, 1), 0))
@@ -1647,10 +1653,11 @@ class Tensor:
     return x._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
+  @via_float32  # (a 16-bit float's sum may pass 65504)
   @composite
-  def mean(self, axis=None, keepdim=False) -> Tensor:  # (of 16-bit floats, divided in float32: the sum may pass 65504)
+  def mean(self, axis=None, keepdim=False) -> Tensor:
     count = prod(self.shape[i] for i in self._axes(axis))
-    return (self._float32_at_least().sum(axis, keepdim) * (1 / count if count else math.nan)).cast(self._float().dtype)
+    return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
   @composite
   def softmax(self, axis=-1) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
     e = (self._float() - self.max(axis, keepdim=True).detach()).exp()
@@ -1670,11 +1677,12 @@ class Tensor:
     return (self.cast(dtype) if dtype is not None else self._int64_if_smaller())._reduce(Ops.MUL, axis, keepdim)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+  @via_float32
   @composite
-  def var(self, axis=None, keepdim=False, correction=1) -> Tensor:  # (of 16-bit floats, in float32, as mean)
-    n, x = prod(self.shape[i] for i in self._axes(axis)), self._float32_at_least()
+  def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
+    n, x = prod(self.shape[i] for i in self._axes(axis)), self._float()
     squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-    return squares.div(max(0, n - correction)).cast(self._float().dtype)
+    return squares.div(max(0, n - correction))
   def std(self, axis=None, keepdim=False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim=False, correction=1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
@@ -1709,8 +1717,9 @@ class Tensor:
     if not self.ndim:
       self._dim(axis)  # (checked: a 0-d tensor takes 0 or -1)
       return self
-    if dtypes.is_float(self.dtype) and self.dtype.itemsize < 4: return self.float()._scan(op, axis).cast(self.dtype)
-    (x, back), fill = self._last(axis), identity(op, self.dtype).arg
+    if self.dtype in dtypes.narrow: return self.float()._scan(op, axis).cast(self.dtype)
+    x, back = self._last(axis)
+    fill = identity(op, self.dtype).arg
     n, block = x.shape[-1], 16
     if n <= block:
       upto = Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril()  # [i, j]: j <= i, what output i reduces
@@ -1734,7 +1743,8 @@ class Tensor:
     if not self.ndim: return self._scan(Ops.MAX, axis), Tensor(0, dtypes.int32, self.device)
     stored = self.contiguous()  # (compared with its running max: see argmax)
     values = stored._scan(Ops.MAX, axis)
-    (x, back), (v, _) = stored._last(axis), values._last(axis)
+    x, back = stored._last(axis)
+    v, _ = values._last(axis)
     n = x.shape[-1]
     steps = Tensor.arange(n, device=self.device)
     met = x.unsqueeze(-2)._at_max(v.unsqueeze(-1)) & (steps <= steps.unsqueeze(-1))  # [i, j]: x_j is the max up to i
@@ -1796,7 +1806,9 @@ class Tensor:
     return self._expand(shape)
   def _expand(self, shape:tuple[int, ...]) -> Tensor:  # to a shape it broadcasts to: dims of 1 in front, then expanded
     ones = (1,) * (len(shape) - self.ndim) + self.shape
-    moves = ([("reshape", ones)] if ones != self.shape else []) + ([("expand", shape)] if shape != ones else [])
+    moves = []
+    if ones != self.shape: moves.append(("reshape", ones))
+    if shape != ones: moves.append(("expand", shape))
     return self._view(*moves) if moves else self
   def pad(self, padding, value=0.0, mode:str="constant") -> Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
@@ -2056,8 +2068,8 @@ class Tensor:
   def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim
     d = self._dim(dim)
     n = self.shape[d]
-    # (an int: pieces of that size, the last what is left; of a dim of 0, one empty piece)
-    if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, max(n, 1), max(sizes, 1))]
+    if isinstance(sizes, int):  # pieces of that size, the last what is left (of a dim of 0: one empty piece)
+      sizes = [min(sizes, n - i) for i in range(0, n, max(sizes, 1))] or [0]
     if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} don't add up to {n}, dim {d}'s size")
     return tuple(self._along(d, e - s, e) for s, e in zip(sizes, itertools.accumulate(sizes)))
   def chunk(self, chunks:int, dim=0) -> list[Tensor]:
@@ -2161,8 +2173,8 @@ class Tensor:
     out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(size, kernel, stride, dilation)]
     if any(v <= 0 for v in out): raise ShapeError(f"a kernel {tuple(kernel)} is larger than the (padded) input {size}")
     x = self
-    for i in reversed(range(dims)):  # dim p becomes (kernel, out)
-      p, n, k, step, dil, o = lead + i, size[i], kernel[i], stride[i], dilation[i], out[i]  # (dim p, of size n)
+    for i, (n, k, step, dil, o) in reversed(list(enumerate(zip(size, kernel, stride, dilation, out)))):
+      p = lead + i  # dim p, of size n, becomes (kernel, out)
       # the input repeated, cut into rows of this length: dil more than a multiple of n, so row j starts j*dil into
       # the input; long enough for the o windows (o*step), and at least n + dil
       row = dil + n * max(1, cdiv(o * step - dil, n))
@@ -2186,7 +2198,8 @@ class Tensor:
     if self.ndim != weight.ndim or self.ndim < 3 or c != per_group * groups or o % groups:
       raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
     cols = self.pad((None, None, *Tensor._pads(padding, len(size))))._pool(tuple(kernel), stride, dilation)
-    out, dims = cols.shape[2:2 + len(size)], len(size)
+    dims = len(size)
+    out = cols.shape[2:2 + dims]
     # (C, *kernel) by (N, *out): a matmul with the weights
     windows = cols.permute(1, *range(2 + dims, 2 + 2 * dims), 0, *range(2, 2 + dims)).contiguous()
     y = weight.reshape(groups, o // groups, -1) @ windows.reshape(groups, c // groups * prod(kernel), -1)
@@ -2305,8 +2318,9 @@ class Tensor:
     ellipsis = "".join(spare[:dots])  # one for each dim of the widest "..."
     # an operand whose "..." covers fewer dims takes the last of those letters: its dims broadcast from the right
     names = [n.replace("...", ellipsis[dots - covered(t, n):]) for t, n in zip(ts, names)]
-    joined = "".join(names)  # (no output given: the letters named once, sorted, as numpy's)
-    if not arrow: out = ellipsis + "".join(sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ellipsis))
+    joined = "".join(names)
+    once = sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ellipsis)
+    if not arrow: out = ellipsis + "".join(once)  # no output given: the letters named once, sorted, as numpy's
     out = out.replace("...", ellipsis)
     letters = out + "".join(dict.fromkeys(c for c in joined if c not in out))
     for k, (t, n) in enumerate(zip(ts, names)):
@@ -2395,13 +2409,9 @@ class Tensor:
     if value and not dtypes.is_float(self.dtype):
       raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
-    # equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a buffer's view gets a buffer of
-    # its own (its node changes), or its gradient would be the others' too; unless its graph reads a trainable tensor
-    # (reading_trainable, below), whose gradient flows through it: a buffer of its own would cut that path
     if value:
-      if _held_in(self.uop).op is not Ops.BUFFER and not reading_trainable([self.uop]): self.uop = self._owned().uop
+      make_trainable(self)
       Tensor._trainable[id(self)] = self
-      trainable_nodes.add(_held_in(self.uop))
     else: Tensor._trainable.pop(id(self), None)
   def gradient(self, *targets:Tensor, gradient:Tensor|None=None, materialize_grads=False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by gradient) with respect to targets, as lazy tensors. One
@@ -2499,7 +2509,7 @@ class Tensor:
     key, buffers, nodes = structure([t.uop for t in group], device)
     plan = planned(key, nodes)
     bufs = plan.run(buffers, device)
-    def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a slot's view, on this run's buffer
+    def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a Slot's view: on this run's buffer
     for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))
     # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
@@ -2508,8 +2518,7 @@ class Tensor:
       if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
       else:
         held = bound(view)
-        if t.uop in trained_from:  # (the gradient walk goes on through it: see computed_from)
-          held.src[0].__dict__.setdefault("computed_from", {})[held.arg] = t.uop
+        if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
@@ -2565,13 +2574,15 @@ derivatives: dict[Ops, Callable] = {
                                       g * ((b == 0) & (e >= 0)).where(0, y * b.log()),  # d/de = b^e ln b, as torch's
                                       None),
   Ops.REDUCE_AXIS: lambda g, y, x: (_reduced(g, y, x),),
-  Ops.VIEW: lambda g, y, x: (unmoves[y.uop.arg.move.name](g, x, y.uop.arg.move.arg),),  # x: the view before its move
+  Ops.VIEW: lambda g, y, x: (_unmoved(g, x, y.uop.arg.move),),  # x: the view before its move
 }
+
+def _unmoved(g:Tensor, x:Tensor, move:Move) -> Tensor: return unmoves[move.name](g, x, move.arg)
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
   """A sum passes g to every element it adds; a product, g times the product of the others (y / x, or where x is 0,
   the product of the rest if it is the only 0); a max, g to the elements equal to it, split evenly among ties."""
-  op, axes = y.uop.arg
+  op, axes = y.uop.arg.op, y.uop.arg.axes
   if op is Ops.ADD: return g.expand(x.shape)
   if op is Ops.MUL:
     zero = x == 0
@@ -2598,6 +2609,7 @@ def computed_from(u:UOp) -> UOp|None:
   buffer, so a view taken of the result reaches it after the result's own tensor (and view node) is gone."""
   if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER: return None
   return u.src[0].__dict__.get("computed_from", {}).get(u.arg)
+def note_computed_from(view:UOp, graph:UOp): view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = graph
 
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
@@ -2618,6 +2630,12 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # The nodes of tensors set to require grad. A view of a buffer is kept as its BUFFER: the walk back makes such views
 # anew, but every graph that reads one holds the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
+def make_trainable(t:Tensor):
+  """Notes t's node as trainable. Equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a
+  buffer's view gets a buffer of its own (its node changes), or its gradient would be the others' too; unless its
+  graph reads a trainable tensor, whose gradient flows through it: a buffer of its own would cut that path."""
+  if _held_in(t.uop).op is not Ops.BUFFER and not reading_trainable([t.uop]): t.uop = t._owned().uop
+  trainable_nodes.add(_held_in(t.uop))
 def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into a view of one, holds
   if u.op is Ops.ASSIGN: u = u.src[0]
   return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
@@ -2862,7 +2880,7 @@ class BatchNorm:
       var = (x - mean.detach().reshape(1, -1, *(1,) * (x.ndim - 2))).square().mean(axes)
       if self.track_running_stats and Tensor.training:
         n = x.numel() / x.shape[1]
-        if n < 2: raise ValueError(f"Expected more than 1 value per channel when training, got input size {x.shape}")
+        if n < 2: raise ValueError(f"a batch norm in training needs more than 1 value per channel, got shape {x.shape}")
         self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
         self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * n / (n - 1) * var.detach())
         self.num_batches_tracked.assign(self.num_batches_tracked + 1)
@@ -3128,7 +3146,7 @@ def split_reduce(r:UOp, device:str) -> UOp:
   4096: a block each, enough to fill every SM), each a contiguous chunk whose length is a multiple of a unit: 4, 2 or
   1 of the device's vectors, else 4 elements (vector loads, unrolled). A size no split divides is padded with the
   reduction's identity (which gates every load: no vectors)."""
-  (op, axes), x = r.arg, r.src[0]
+  op, axes, x = r.arg.op, r.arg.axes, r.src[0]
   size, kept = prod(x.shape[i] for i in axes), tuple(s for i, s in enumerate(x.shape) if i not in axes)
   if size < BIG_REDUCE or prod(kept) >= 256: return r  # (256 outputs or more: a block each fills a GPU's SMs)
   order = tuple(i for i in range(len(x.shape)) if i not in axes) + tuple(axes)
@@ -3315,7 +3333,8 @@ def kernel_inputs(sink:UOp, reasons:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]
   kernel reads, each with whether it reads them only element by element, where they are written (see _in_place)."""
   reads: dict[UOp, dict[UOp, bool]] = {}
   for r in (u for u in sink.toposort if u in reasons):
-    reads[r], stack, seen = {}, [(s, _in_place(r)) for s in r.src], set()
+    reads[r], seen = {}, set()
+    stack = [(s, _in_place(r)) for s in r.src]
     while stack:
       u, aligned = stack.pop()
       if (u, aligned) in seen: continue
@@ -3437,7 +3456,9 @@ def lower(ast:UOp, target:Target, device:str|None=None) -> Program:
   return finish(*optimize(sink, target), ast, target)
 
 def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with row programs: what opts split
-  sink = merge_ranges(simplify(graph_rewrite(rangeify(ast), approximations(target.renderer.approximates))))
+  sink = rangeify(ast)
+  sink = graph_rewrite(sink, approximations(target.renderer.approximates))  # transcendentals as arithmetic
+  sink = merge_ranges(simplify(sink))
   return row_loops(sink) if target.gpu else reread(sink, target)
 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
@@ -3447,7 +3468,8 @@ def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
-  (global_size, local_size), (flops, moved) = launch_dims(uops), _cost(ast)
+  global_size, local_size = launch_dims(uops)
+  flops, moved = _cost(ast)
   return Program(name, src, uops, global_size, local_size, flops, moved, opts=" ".join(map(str, opts)))
 
 def params(ast:UOp) -> list[UOp]:  # a kernel's buffers in launch order: all of them, even one whose every read folded
@@ -3724,7 +3746,8 @@ def reread(sink:UOp, target:Target) -> UOp:
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
   # (rows outer: the first output range is no column; columns inner: the last len(cols) ranges)
   if not cols or glob[0] in cols or glob[-len(cols):] != cols or _nested(sink): return sink
-  row_ranges, loaded = set(glob) - set(cols), {x.buf for x in sink.toposort if x.op is Ops.LOAD}
+  row_ranges = set(glob) - set(cols)
+  loaded = {x.buf for x in sink.toposort if x.op is Ops.LOAD}
   early, late = [], []
   for st in sink.src:
     out = st  # the output store, reading the value back where a reduce's loop stores it
