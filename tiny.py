@@ -3205,9 +3205,9 @@ def pack(r:UOp, device:str) -> UOp:
   return r if srcs == r.src[0].src else r.replace(src=(r.src[0].replace(src=srcs),))
 
 # What one element of an op costs, in about one instruction: transcendentals and divisions are costly, other ALU ops 1,
-# views and loads nothing (a rough weight for the scheduler: where a CPU lowers exp2 to arithmetic, it is 35
-# operations, see approximations; a GPU's is one instruction). Writing an element and reading it back costs
-# STORE_COST: memory moves a float in about the time the cores do 30 operations on it.
+# views and loads nothing. A rough weight for the scheduler, the same for every device: an exp2 is about 35 operations
+# on a CPU (see approximations), one instruction on a GPU; 16 lies between. Writing an element and reading it back
+# costs STORE_COST: memory moves a float in about the time the cores do 30 operations on it.
 alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores do about this many operations
@@ -3437,6 +3437,9 @@ class Program:
     return Program(uops=[], **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()})
 
 widths = (4, 8, 16)  # lanes a vector may have: GPUs load float4s; a CPU's registers hold 4, 8 or 16 floats
+vector_types = tuple(d.vec(n) for d in (dtypes.float, dtypes.int, dtypes.bool) for n in widths)  # lanes as one value
+def whole_vectors(size:int) -> int:  # size rounded up to whole vectors (see apply_opt); never 0: drivers refuse 0 bytes
+  return max(cdiv(size, widths[-1]), 1) * widths[-1]
 
 class Target(NamedTuple):
   """What lowering knows of a device: the dialect it renders, and the limits the device reports."""
@@ -3684,8 +3687,8 @@ def _log2(x:UOp) -> UOp:
     -0.3606966435909271, 0.2885673940181732, -0.23961739242076874, 0.2046007663011551, -0.19106297194957733,
     0.18617413938045502, -0.1099480614066124])
   zero, inf, nan = x.const_like(0.0), x.const_like(math.inf), x.const_like(math.nan)
-  if_finite = x.alu(Ops.CMPEQ, inf).where(x, log)
-  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, x.alu(Ops.CMPEQ, zero).where(-inf, if_finite))
+  special = x.alu(Ops.CMPEQ, zero).where(-inf, x.alu(Ops.CMPEQ, inf).where(x, log))  # log2 0 = -inf, log2 inf = inf
+  return ((x < 0.0) | x.alu(Ops.CMPNE, x)).where(nan, special)  # negatives and nan: nan
 
 def _sin(x:UOp) -> UOp:
   """sin(x) = ±sin(r) or ±cos(r) by the quadrant q of x = q*pi/2 + r (sin is odd: |x| is reduced, the sign put back),
@@ -3697,7 +3700,9 @@ def _sin(x:UOp) -> UOp:
   ax = mag.bitcast(dtypes.float)
   near = ax < 0.7853981852531433  # pi/4, rounded up
   q, hi, lo = _payne_hanek(mag)
-  q, hi, lo = near.where(q.const_like(0), q), near.where(ax, hi), near.where(lo.const_like(0.0), lo)
+  q = near.where(q.const_like(0), q)
+  hi = near.where(ax, hi)
+  lo = near.where(lo.const_like(0.0), lo)
   z = hi * hi
   sin = hi + (hi * z * _poly(z, [-0.16666655242443085, 0.008332161232829094, -0.0001951528392964974]) + lo)
   cos = ((z * z * _poly(z, [0.04166664555668831, -0.0013887316454201937, 2.44331567955669e-05]) - z * 0.5) -
@@ -3714,6 +3719,9 @@ transcendental: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: _exp2, Ops.LOG2: _l
 # Lowering, step 3: row programs. A kernel whose reduces run over a row (a softmax: the row's max, its sum, then its
 # outputs) computes them once a row: on a GPU, a block per row whose threads share each reduce (row_loops); on a CPU,
 # a loop per row, with a costly value stored once and read back (reread).
+
+REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
+ROW_BYTES = 2**16  # a row kept on a thread's stack: within L2, and far within the stack
 
 def row_loops(sink:UOp) -> UOp:
   """A row program on a GPU runs a block per row: the row's columns (the output ranges no reduce in the kernel varies
@@ -3787,10 +3795,6 @@ def _next_row(u:UOp, row_ranges:set[UOp]) -> list[UOp]:
     return x.op is Ops.LOAD and x.buf.op is Ops.PARAM and row in x.addr.toposort and not own.isdisjoint(x.addr.toposort)
   return [UOp(Ops.PREFETCH, None, (x.buf, substitute(x.addr, {row: ahead}))) for x in u.src[0].toposort
           if moves_with_row(x)]
-
-REREAD_COST = 8  # operations (of the value's own dtype, not index math) that cost more than a store and a load
-
-ROW_BYTES = 2**16  # a row kept on a thread's stack: within L2, and far within the stack
 
 def _alu_cost(u:UOp) -> int:
   return sum(alu_costs.get(x.op, 1) for x in u.toposort if x.op in GroupOp.ALU and x.dtype == u.dtype)
@@ -3956,7 +3960,7 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
     (r, r_tile, r_size), (c, c_tile, c_size) = down, across
     def element(i:int, j:int) -> UOp: return substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
     return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(element(*at(lane, e)) for e in range(count)))
-  zero = UOp(Ops.VECTORIZE, dtypes.float.vec(core.elements[2]), (UOp.const(dtypes.float, 0.0),) * core.elements[2])
+  zero = UOp.const(dtypes.float.vec(core.elements[2]), 0.0)
   a = fragment(fit.a, along_m, along_k, core.a, core.elements[0], core.dtype)
   b = fragment(fit.b, along_k, along_n, core.b, core.elements[1], core.dtype)
   product = UOp(Ops.WMMA, dtypes.float.vec(core.elements[2]), (a, b, zero), core.name)
@@ -3989,6 +3993,8 @@ def shared_reduces(sink:UOp, target:Target) -> list[Opt]:
   shared = [red[-1]] if _nested(sink) else inner
   return [Opt(AxisType.GROUP, r, min(target.local_max, 256, 1 << (n.bit_length() - 1))) for r in shared]  # (2**k <= n)
 
+ACCUMULATORS = 16  # vector registers a CPU's matmul tile holds: half of AVX-512's 32
+
 def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
   """Vectors on the contiguous output axis, a matmul's register tile, a row's outputs as vectors after its reduces, and
   unrolled reduce loops. A CPU's choices differ from a GPU's in four places, each marked: its tile takes whole vectors
@@ -4005,7 +4011,7 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, target)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
   # on the CPU a matmul's tile takes whole vectors of the contiguous axis, four where they divide it, else two, else
-  # one, and another axis the rows that make 16 vector accumulators (4, 8 or 16), half of AVX-512's 32 registers: 256 x
+  # one, and another axis the rows that make ACCUMULATORS vector accumulators (4, 8 or 16 rows): 256 x
   # 784 (a weight's gradient) 5x faster than four lanes a row. Only where b's columns are side by side: a b read
   # transposed, and too small to pack, has them a row apart
   vectors = 0
@@ -4017,7 +4023,7 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     def b_moves(r:UOp) -> bool: return not target.gpu and r is not glob[-1] and _moves_with(sink, r, glob[-1])
     for r in sorted(reversed(glob), key=b_moves):
       if r is glob[-1]: n = vectors * w or 4
-      else: n = 16 // vectors if vectors and r.size % (16 // vectors) == 0 else 4
+      else: n = ACCUMULATORS // vectors if vectors and r.size % (ACCUMULATORS // vectors) == 0 else 4
       # a GPU keeps 65536 threads or more (about 500 an SM on an H100): fewer can't hide each other's memory latency
       launched = out_size // (prod(o.amount for o in opts) * n)  # GPU threads
       enough_threads = not target.gpu or launched >= 2**16
@@ -4097,8 +4103,8 @@ def thread_opts(sink:UOp, target:Target) -> list[Opt]:
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
   reduced, free = {r for u in reduces for r in u.src[1:]}, free_ranges(sink)
   # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row), times
-  # the float operations in the kernel (an exp2 is 35 of them, see approximations): a rough weight, the same for every
-  # loop of it
+  # the float operations in the kernel (counted after approximations: a CPU's exp2 is some 35 of them by now): a rough
+  # weight, the same for every loop of it
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
   ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and dtypes.is_float(u.dtype))
@@ -4186,13 +4192,17 @@ def to_lanes(sink:UOp, target:Target) -> UOp:
   an accumulator, combined after the loop: n independent chains of adds, not one; with upcast outputs (a matmul tile,
   already many accumulators) the lanes combine inside the loop. The copies keep the ranges' ids (a new id would
   reorder every sum it is in), so one simplify, after them all, puts each sum in its order."""
-  for r, w in vector_ranges(sink, target): sink = as_vectors(*split_lanes(sink, r, w), target.renderer)
+  for r, w in vector_ranges(sink, target):
+    sink, lane = split_lanes(sink, r, w)
+    sink = as_vectors(sink, lane, target.renderer)
   def lanes(u:UOp, rs:list[UOp]) -> list[UOp]:  # u at each value of rs; a node that doesn't use rs is not copied
     values = list(itertools.product(*[range(r.size) for r in rs]))
-    copies, n = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}, len(values)  # range -> per copy
+    n = len(values)
+    copies = {r: [r.const_like(v[i]) for v in values] for i, r in enumerate(rs)}  # range -> its value in each copy
     for x in u.toposort:
       if x not in copies and any(s in copies for s in x.src):
-        copies[x] = [x.replace(src=src) for src in zip(*[copies.get(s, [s] * n) for s in x.src])]  # copy k of its srcs
+        per_source = [copies.get(s, [s] * n) for s in x.src]  # each source's n copies (a shared one, repeated)
+        copies[x] = [x.replace(src=src) for src in zip(*per_source)]  # copy k reads copy k of each source
     return copies.get(u, [u] * n)
   tile = bool(ranges(sink, AxisType.UPCAST))
   def unroll(u:UOp) -> UOp|None:
@@ -4213,7 +4223,9 @@ def to_lanes(sink:UOp, target:Target) -> UOp:
 
 def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a core runs each level's ops side by side
   # (pairs, and an odd one out goes up a level as it is)
-  while len(xs) > 1: xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2:]
+  while len(xs) > 1:
+    odd = xs[-1:] if len(xs) % 2 else []
+    xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + odd
   return xs[0]
 
 class Candidate(NamedTuple):  # a range for vector lanes, a width, and the float accesses along it from an aligned base
@@ -4284,7 +4296,8 @@ def as_vectors(sink:UOp, lane:UOp, dialect:Renderer) -> UOp:
   for x in sink.toposort[:-1]:
     if lane in varies[x] or (x.op is Ops.REDUCE and lane in x.src[1:]): done[x] = vector(x)
     else: done[x] = x if all(done[s] is s for s in x.src) else x.replace(src=tuple(done[s] for s in x.src))
-  return sink.replace(src=tuple(st for s in sink.src for st in (done[s] if isinstance(done[s], tuple) else (done[s],))))
+  def each(v:UOp|tuple) -> tuple: return v if isinstance(v, tuple) else (v,)  # a store's lane copies, or itself
+  return sink.replace(src=tuple(st for s in sink.src for st in each(done[s])))
 
 def _is_vector(v:UOp|tuple) -> bool: return not isinstance(v, tuple) and v.dtype is not None and v.dtype.count > 1
 def _lane(v:UOp|tuple, k:int) -> UOp:  # lane k of a value as_vectors made: a copy's, a vector's, or the shared one
@@ -4364,7 +4377,7 @@ def to_accumulators(sink:UOp) -> UOp:
   output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
   column of the row, is computed once a row. Then each load of a buffer the kernel stores into reads it through a
   BARRIER, so that linearize places it after those stores."""
-  free, done = free_ranges(sink), {}
+  free, done, numbers = free_ranges(sink), {}, itertools.count()
   written_by: dict[UOp, UOp] = {}  # a buffer the kernel stores into -> what a load of it waits for (see the end)
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
@@ -4378,7 +4391,7 @@ def to_accumulators(sink:UOp) -> UOp:
   for rs, us in groups.items():
     loops = tuple(sorted(frozenset().union(*[free[u] for u in us]), key=lambda r: r.arg.id))
     # numbered: two accumulators that start alike are still two
-    accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, len(done) + i) for i, u in enumerate(us)]
+    accs = [UOp(Ops.DEFINE_ACC, u.dtype, (identity(u.arg, u.dtype),) + loops, next(numbers)) for u in us]
     # the update reads the accumulator in this iteration of the innermost loop, so it runs in the loop even where the
     # value it adds doesn't depend on it
     current = [read(acc, rs[-1]) for acc in accs]
@@ -4420,13 +4433,13 @@ def narrow_index(sink:UOp) -> UOp:
     return u.replace(dtype=index) if u.dtype == dtypes.index else u
   return rebuild(sink, narrow)
 
+output_loops = (AxisType.GLOBAL, AxisType.COLUMN)
+
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them; on a GPU: a row's columns) become loops around the stores."""
   body = sink.src
   for r in reversed([r for r in ranges(sink) if r.kind in output_loops]): body = (UOp(Ops.END, None, (r,) + body),)
   return sink.replace(src=body)
-
-output_loops = (AxisType.GLOBAL, AxisType.COLUMN)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering, step 6: stores past the cache, on CPUs that have them.
@@ -4461,7 +4474,9 @@ def linearize(sink:UOp) -> list[UOp]:
   Then the walk: emit what the open loops allow, close a loop when its work is done, else open the next one needed."""
   order = sink.toposort
   # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
-  parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
+  parent = {}
+  for e in (e for e in order if e.op is Ops.END):
+    parent |= {s.src[0]: e.src[0] for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
   def body_loops(s:UOp) -> Iterable[UOp]:  # what a node of a reduce's body adds to the loops around it
     if s.op is Ops.END: return around[s.src[0]]  # a nested loop's
@@ -4471,7 +4486,8 @@ def linearize(sink:UOp) -> list[UOp]:
     around[e.src[0]] = frozenset().union(*map(body_loops, e.src[1:]))
   @functools.cache
   def enclosing(r:UOp) -> frozenset:  # r and every loop it runs inside
-    outer = ([parent[r]] if r in parent else []) + [*around.get(r, ())]  # the loop it nests in, a reduce's loops
+    outer = [*around.get(r, ())]  # a reduce's loops
+    if r in parent: outer.append(parent[r])  # the loop it nests in
     return frozenset({r}).union(*map(enclosing, outer))
   scope: dict[UOp, frozenset] = {}
   for u in order:
@@ -4707,7 +4723,8 @@ def _pointer(ctx:Names, u:UOp, dtype:DType) -> str:  # what a LOAD or STORE acce
 
 def _load(ctx:Names, u:UOp) -> str:
   if u.gate is None: return _pointer(ctx, u, u.dtype)
-  zero = _vector(ctx, u.dtype, ["0.0f"] * u.dtype.count) if u.dtype.count > 1 else _fmt_const(ctx, 0, u.dtype)
+  zero = _fmt_const(ctx, 0, u.dtype.scalar)
+  if u.dtype.count > 1: zero = _vector(ctx, u.dtype, [zero] * u.dtype.count)
   return f"({ctx[u.gate]}?{_pointer(ctx, u, u.dtype)}:{zero})"
 
 def _store(ctx:Names, u:UOp) -> str:
@@ -4739,7 +4756,6 @@ def _unsigned(ctx:Names, u:UOp) -> str:  # int vector + * - << on the unsigned b
   return f"(({ctx.types[u.dtype]}){ctx.code_for_op[u.op](*srcs)})"
 int_vectors = tuple(dtypes.int.vec(n) for n in widths)
 bool_vectors = tuple(dtypes.bool.vec(n) for n in widths)
-vector_types = tuple(d.vec(n) for d in (dtypes.float, dtypes.int, dtypes.bool) for n in widths)  # lanes as one value
 vector_rules = [
   (UPat(Ops.WHERE, dtype=vector_types, name="u"), lambda ctx, u: _select(ctx, *[ctx[s] for s in u.src], u.dtype)),
   (UPat(Ops.MAX, dtype=vector_types, src=(UPat.var("a"), UPat.var("b")), name="u"),
@@ -5158,8 +5174,8 @@ class Compiled:
     if (binary := cache_read(key, ".bin", f"compiling {prog.name} again")) is not None: return binary
     if getenv("DEBUG") >= 3: print(f"compile {prog.name} for {self.name}")
     return cache_write(key, ".bin", self.runtime.compile(prog.src))
-  def loaded(self, prog:Program) -> Callable|None:  # the program if it is ready to run, as the emulator runs any
-    if isinstance(self.runtime, Emulator): return self.runtime.program(prog)
+  def loaded(self, prog:Program) -> Callable|None:  # the program if it is ready to run
+    if isinstance(self.runtime, Emulator): return self.runtime.program(prog)  # (it compiles nothing: every one is)
     key = (prog.name, prog.src)
     with self.lock:
       fn = self.programs.get(key)
@@ -5209,9 +5225,6 @@ class _Device:
     return "CPU"
 
 Device = _Device()
-
-def whole_vectors(size:int) -> int:  # size rounded up to whole vectors (see apply_opt); never 0: drivers refuse 0 bytes
-  return max(cdiv(size, widths[-1]), 1) * widths[-1]
 
 class Buffer:
   """Memory on a device, allocated on first use and returned to the device's cache when dropped."""
