@@ -973,12 +973,12 @@ def _reflected(x, dim, size, before, after):  # 3 2 1 | 0 1 2 3 | 2 1 0: the edg
 def _replicated(x, dim, size, before, after):  # 0 0 0 | 0 1 2 3 | 3 3 3
   def edge(at:int, n:int): return x._along(dim, at, at + 1).expand(*[n if i == dim else -1 for i in range(x.ndim)])
   return edge(0, before), edge(size - 1, after)
-def _around(x, dim, size, before, after):  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
+def _circular(x, dim, size, before, after):  # 1 2 3 | 0 1 2 3 | 0 1 2: at most once around
   return x._along(dim, size - before, size), x._along(dim, 0, after)
 
 EDGE_PADS = {"reflect": EdgePad(lambda size: size - 1, _reflected),
              "replicate": EdgePad(lambda size: math.inf if size else 0, _replicated),
-             "circular": EdgePad(lambda size: size, _around)}
+             "circular": EdgePad(lambda size: size, _circular)}
 
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
   return (v,) * dims if isinstance(v, int) else tuple(v)
@@ -2488,11 +2488,12 @@ class Tensor:
     - one that is such a buffer, whole: left as it is, it holds what is written; unless its node is a skipped
       tensor's too (two LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then
       copied, so that each holds its own."""
-    readers, skipped, skipped_nodes = [], {id(s) for s in skip}, {s.uop for s in skip}
+    skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in skip}
+    readers = []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      holds = _whole_buffer(t.uop) and t.uop.src[0] in buffers and t.uop not in skipped_nodes
-      if not holds: readers.append(t)
+      holds_written = _whole_buffer(t.uop) and t.uop.src[0] in buffers  # it will hold what is written
+      if not holds_written or t.uop in skipped_nodes: readers.append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
@@ -2985,7 +2986,7 @@ class Kernel:
   """One kernel of a plan, over slots."""
   ast: UOp          # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
   bufs: list[UOp]   # outputs first, then inputs, in PARAM order: Slot BUFFERs
-  stores: dict      # the entry of each node it computes -> the view of the slot that holds it
+  outs: dict        # the entry of each node it computes -> the view of the slot that holds it
   why: str          # why its outputs are stored (kernel_outputs' words), for DEBUG=2
 
 @dataclass
@@ -3095,7 +3096,7 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   views |= {u: u.src[0] for u in inputs_of if u.op is Ops.ASSIGN}
   entry_of = {became[u]: i for i, u in enumerate(slotted)}  # (split and packed) node -> its entry
   items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(inputs_of, has_reduce)]
-  stored_at = {r: view for item in items for r, view in item.stores.items()}  # entry -> the slot view that holds it
+  stored_at = {r: view for item in items for r, view in item.outs.items()}  # entry -> the slot view that holds it
   return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in new_outputs],
               root_views=[stored_at.get(r) for r in key.roots],
               writes={r: view for r, view in stored_at.items() if slotted[r].op is Ops.ASSIGN})
@@ -3113,7 +3114,7 @@ def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[S
   """A plan's kernels on this graph's buffers, with a new buffer for each slot the plan makes (allocated when used)."""
   bufs = buffers + [Buffer(device, size, dtype) for size, dtype in plan.new_slots]
   return [ScheduleItem(item.ast, [bufs[b.arg.index] for b in item.bufs],
-                       {nodes[r]: v.rebind(bufs[v.src[0].arg.index]) for r, v in item.stores.items()}, item.why)
+                       {nodes[r]: v.rebind(bufs[v.src[0].arg.index]) for r, v in item.outs.items()}, item.why)
           for item in plan.items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
@@ -3158,9 +3159,8 @@ def split_reduce(r:UOp, device:str) -> UOp:
   splits = [(u, p) for u in (4 * w, 2 * w, w, 4) for p in range(most_parts, most_parts // 4 - 1, -1)
             if size % (u * p) == 0]
   # on a CPU, parts its cores share evenly first: thread_opts splits the parts across them only in whole chunks
-  cores = 1 if target.gpu else target.cores
   fallback = splits[0] if splits else (4 * w, most_parts)  # (no split divides the size: padded below)
-  unit, parts = next(((u, p) for u, p in splits if p % cores == 0), fallback)
+  unit, parts = next(((u, p) for u, p in splits if p % target.cores == 0), fallback)
   x = _padded(x, ((0, 0),) * len(kept) + ((0, -size % (unit * parts)),), identity(op, x.dtype))
   partial = UOp(Ops.REDUCE_AXIS, x.dtype, (x.moved(("reshape", kept + (parts, x.shape[-1] // parts))),),
                 Reduction(op, (len(kept) + 1,)))
@@ -3445,7 +3445,7 @@ class Target(NamedTuple):
   """What lowering knows of a device: the dialect it renders, and the limits the device reports."""
   renderer: Renderer
   local_max: int  # threads a block may have, as the device reports (1: no blocks)
-  cores: int      # CPU threads a kernel may be split across (THREADS, or every core)
+  cores: int      # CPU threads a kernel may be split across (THREADS, or every core); a GPU: 1
   width: int      # lanes of its vectors, one of widths
   streams: int = 0  # bytes of the widest store past the cache the CPU has (x86's non-temporal stores); 0: none
   @property
@@ -3736,19 +3736,12 @@ def reread(sink:UOp, target:Target) -> UOp:
   """A row program computes a costly value twice: once in a reduce's loop, again for the row's outputs (a softmax
   row's exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it
   into the output, and the outputs read it back from there, in cache: a load for the 35 operations of an exp2 (see
-  approximations). Two more gains come with it (_reread, together 1.15x from memory, 1.4x from a warm cache):
-  - an output big enough to go past the cache (see stream) keeps the values in a row of its own on the stack instead,
-    where the row fits in ROW_BYTES, so the output is written once and never read: a softmax of 4096x1024 moves 32 MB,
-    not 48 (a cached output gains nothing from the row: its stores would only move there);
-  - the same loop fetches the next row's inputs as it goes (PREFETCH): a row of 4 KB starts on a page, where the
-    hardware's prefetcher stops, and the loop's operations hide the fetch.
-  It applies only
-  - on CPUs: a GPU computes exp2 in one instruction, and its threads would read each other's columns;
-  - where rows are the outer ranges: threads then split the rows, each owning its rows' columns (see thread_opts);
-  - to a reduce over the row's columns, computed once a row (its accumulator lives in every row loop of the output,
-    so the store has all of them open);
-  - to an output store that is ungated, of a buffer the kernel reads nothing else from.
-  to_accumulators puts the store in the reduce's loop, and the load after the loop."""
+  approximations). With it, an output past the cache keeps the values in a row on the stack instead, and the loop
+  prefetches the next row (_reread: together 1.15x from memory, 1.4x from a warm cache). On CPUs only (a GPU computes
+  exp2 in one instruction, and its threads would read each other's columns); where rows are the outer ranges
+  (threads split the rows, each owning its rows' columns); for a reduce over the row's columns computed once a row
+  (its accumulator lives in every row loop, so the store has them all open); into an ungated store of a buffer the
+  kernel reads nothing else from. to_accumulators puts the store in the reduce's loop, and the load after it."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
@@ -3774,7 +3767,9 @@ def reread(sink:UOp, target:Target) -> UOp:
 
 def _reread(st:UOp, u:UOp, value:UOp, shared:dict[UOp, UOp], row_ranges:set[UOp], target:Target) -> tuple[list, UOp]:
   """What reread adds to reduce u's loop (the store of value, the next row's prefetches: _next_row), and output store
-  st, now reading value back."""
+  st, now reading value back. An output past the cache (see stream) keeps the row on the stack where it fits in
+  ROW_BYTES: the output is written once and never read (a softmax of 4096x1024 moves 32 MB, not 48; a cached output
+  gains nothing from the row, its stores would only move there)."""
   cols = list(shared.values())
   buf, addr, size = st.buf, st.addr, prod(c.size for c in cols)
   if past_cache(st.buf, target) and size * value.dtype.itemsize <= ROW_BYTES:  # the row on the stack, by column
@@ -3787,7 +3782,8 @@ def _reread(st:UOp, u:UOp, value:UOp, shared:dict[UOp, UOp], row_ranges:set[UOp]
 
 def _next_row(u:UOp, row_ranges:set[UOp]) -> list[UOp]:
   """Prefetches, in reduce u's loop, of what the next row's loop will load: each of its loads whose address moves
-  with the innermost row range, one row ahead."""
+  with the innermost row range, one row ahead. A row of 4 KB starts on a new page, where the hardware's prefetcher
+  stops; the loop's operations hide the fetch."""
   row = max(row_ranges, key=lambda r: r.arg.id)  # the innermost
   own = set(u.src[1:])  # (loads in this reduce's loop: not those of a reduce inside it, a row's max)
   ahead = (row < row.size - 1).where(row + 1, row)  # the last row fetches itself: no address past the end
@@ -5054,20 +5050,21 @@ class Thread:
   gid: tuple
   lid: tuple
   def access(self, u:UOp, vals:dict, lanes:int) -> tuple[bytearray, slice, DType]:
-    """A load's or store's memory, the bytes of its lanes that hold data (those inside the buffer's logical size:
-    PARAM's element count, DEFINE_LOCAL's length), and its dtype. A lane outside what the hardware has is a lowering
-    bug: a buffer's whole vectors (Buffer.allocated), shared memory's declared length."""
+    """The memory a load or store touches, the bytes of its lanes inside the buffer's size (lanes in the allocation's
+    padding past it hold no data), and its dtype. An address past the allocation (a buffer's whole vectors, shared
+    memory's declared length) raises: lowering made a bad access."""
     buf, addr = u.memory, vals[u.addr]
-    size, shared, itemsize = buf.arg.size, buf.op is Ops.DEFINE_LOCAL, buf.dtype.itemsize
+    size, itemsize = buf.arg.size, buf.dtype.itemsize
+    shared = buf.op is Ops.DEFINE_LOCAL
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     end = max(addr, min(addr + lanes, size))  # lanes past the buffer's size hold no data (an empty slice at worst)
     inside = slice(addr * itemsize, end * itemsize)
     memory = self.local[buf] if shared else self.bufs[buf.arg.slot]
     return memory, inside, buf.dtype
-  # An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
-  # loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing.
   def load(self, u:UOp, vals:dict):
+    """An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
+    loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing."""
     if u.buf.op is Ops.DEFINE_ACC: return vals[u.buf]
     n = u.dtype.count
     if u.gate is not None and not vals[u.gate]: out = (dtypes.python(u.dtype.scalar)(0),) * n  # gated off: 0
@@ -5206,7 +5203,7 @@ class _Device:
     renderer = self.kinds[name].dialect
     if renderer.gpu:
       local_max = self.opened[name].runtime.local_max if name in self.opened else 1024
-      return Target(renderer, local_max, threads(), width=4)
+      return Target(renderer, local_max, cores=1, width=4)  # (its threads are the launch's, not a pool's)
     return Target(renderer, local_max=1, cores=threads(), width=self[name].runtime.width,
                   streams=self[name].runtime.streams)
   def __getitem__(self, name:str) -> Compiled:
@@ -5415,13 +5412,14 @@ class TinyJit:
   """tinygrad's TinyJit: `@TinyJit` on a function of tensors. For each signature of arguments (each tensor's shape,
   dtype and device, in a list, tuple or dict too, which tensors share a buffer, every other argument's value), the first
   two calls run the function under a capture: the first's data is noted, the second's kernels become the replay, and
-  later calls replay those kernels on the new inputs' buffers: no graph, no scheduling, no lowering. Tensors the
-  function reads without being given them (weights) are read where they were at capture. Each call's outputs (the
-  tensors in what it returns, however nested) are new buffers, so a result keeps its values after later calls. Python
-  control flow that depends on tensor values is captured as it went on the second call, and so is data the function
-  makes of Python values: a replay reads it as it was then, so data that changed between the first two calls raises,
-  except rand's, which each replay draws anew, as the call would have. A TinyJit called by another's function, capturing
-  or replaying, is captured with it."""
+  later calls replay those kernels on the new inputs' buffers: no graph, no scheduling, no lowering.
+
+  What a replay reads: the given tensors' buffers; the tensors the function reads without being given them (weights),
+  where they were at capture; data the function makes of Python values, as the second call made it (so data that
+  changed between the first two calls raises; rand's is drawn anew each replay, as the call would have). Python
+  control flow that depends on tensor values goes as it went on the second call. Each call's outputs (the tensors in
+  what it returns, however nested) are new buffers, so a result keeps its values after later calls. A TinyJit called
+  by another's function, capturing or replaying, is captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.first, self.replays = fn, Bounded(), Bounded()  # first: what each signature's first call made of data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
@@ -5436,8 +5434,9 @@ class TinyJit:
     if replay is not None: return replay(given)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try:
-      out, outs = self.fn(*args, **kwargs), []
-      mapped(out, outs.append)  # (the tensors it returns, collected)
+      out = self.fn(*args, **kwargs)
+      outs: list[Tensor] = []  # the tensors it returns
+      mapped(out, outs.append)
       if outs: Tensor.realize(*outs)
     finally:
       call = capturing.now
