@@ -3082,7 +3082,9 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   for each stored node after the graph's own, the kernels. What each kernel stores is named by its entry."""
   slotted = over_slots(key, nodes)  # a node for each entry
   sink = UOp(Ops.SINK, None, tuple(slotted[i] for i in key.roots))
-  became: dict[UOp, UOp] = {}  # each node of the graph -> the node it is after its reduces are split and packed
+  # each node of the graph -> the node it is after its reduces are split and packed (kept: entries index the nodes
+  # before, and kernels name what they store by entry)
+  became: dict[UOp, UOp] = {}
   def split_and_pack(u:UOp, new:UOp) -> UOp:
     became[u] = pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS else new
     return became[u]
@@ -3295,15 +3297,10 @@ def _reads_moved(a:UOp) -> bool:
   of it, or under a move or a reduce of what reads it. Computed in one kernel with the writes, it could read an
   element already written."""
   written, value = a.src
-  stack, seen = [(value, True)], set()  # (node, whether each of its elements is read where it is written)
-  while stack:
-    u, aligned = stack.pop()
-    if (u, aligned) in seen: continue
-    seen.add((u, aligned))
+  for u, aligned in _aligned_reads([value], True, stop=lambda u: False):
     moved = u is written and not aligned  # the view written, read under a move or a reduce
     other_view = u is not written and u.op is Ops.VIEW and u.src[0] is written.src[0]  # another view of its buffer
     if moved or other_view: return True
-    stack.extend((s, aligned and _in_place(u)) for s in u.src)
   return False
 
 def _reduce_space(r:UOp) -> tuple:  # what a reduce runs over: its input's shape and the axes it reduces
@@ -3332,16 +3329,23 @@ def kernel_inputs(sink:UOp, reasons:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]
   """For each stored node (the keys of reasons), in the order they are made, the stored nodes and the buffers its
   kernel reads, each with whether it reads them only element by element, where they are written (see _in_place)."""
   reads: dict[UOp, dict[UOp, bool]] = {}
+  def read(u:UOp) -> bool: return u in reasons or u.op is Ops.BUFFER  # what a kernel reads from memory
   for r in (u for u in sink.toposort if u in reasons):
-    reads[r], seen = {}, set()
-    stack = [(s, _in_place(r)) for s in r.src]
-    while stack:
-      u, aligned = stack.pop()
-      if (u, aligned) in seen: continue
-      seen.add((u, aligned))
-      if u in reasons or u.op is Ops.BUFFER: reads[r][u] = reads[r].get(u, True) and aligned
-      else: stack.extend((s, aligned and _in_place(u)) for s in u.src)
+    reads[r] = {}
+    for u, aligned in _aligned_reads(r.src, _in_place(r), stop=read):
+      if read(u): reads[r][u] = reads[r].get(u, True) and aligned
   return reads
+
+def _aligned_reads(srcs:Iterable[UOp], aligned:bool, stop:Callable[[UOp], bool]) -> Iterator[tuple[UOp, bool]]:
+  """Each node these sources reach, once with each answer to whether all its elements are read where they are written
+  (see _in_place); not past a node where stop holds."""
+  stack, seen = [(s, aligned) for s in srcs], set()
+  while stack:
+    u, aligned = stack.pop()
+    if (u, aligned) in seen: continue
+    seen.add((u, aligned))
+    yield u, aligned
+    if not stop(u): stack.extend((s, aligned and _in_place(u)) for s in u.src)
 
 def _in_place(u:UOp) -> bool:  # u reads each source where it is: not a reduce, nor a view that moves (a whole buffer's)
   return u.op is not Ops.REDUCE_AXIS and (u.op is not Ops.VIEW or _whole_buffer(u))
