@@ -3913,6 +3913,69 @@ def test_a_view_of_a_realized_result_leads_its_gradient_back_after_the_result_is
   y.backward()
   assert x.grad.tolist() == [6.0, 2.0]
 
+@pytest.mark.parametrize("move, rows", [(lambda t: t[::-1], (6.0, 6.0)), (lambda t: t[1:], (0.0, 6.0)),
+                                        (lambda t: t.T, (6.0, 6.0)), (lambda t: t.reshape(3, 2), (6.0, 6.0))])
+def test_a_view_of_a_realized_result_realized_again_keeps_its_gradient(move, rows):
+  """realize() asks whether a graph reads a trainable tensor to note what it was computed from; a view of a realized
+  result whose own tensor is gone was answered no (the view it was taken of no longer lives), and x.grad was None."""
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+  z = (move((x * 2).realize()) * 3).realize()
+  z.sum().backward()
+  assert x.grad.tolist() == [[rows[0]] * 3, [rows[1]] * 3]  # 2 * 3 where the move keeps x's element
+  h = (x * 2).realize()[:, 1:]
+  loss = (h * h).sum()
+  assert loss.item() == sum((2 * v) ** 2 for v in (2, 3, 5, 6))  # realized before the gradient is asked
+  assert loss.gradient(x)[0].tolist() == [[0.0, 16.0, 24.0], [0.0, 40.0, 48.0]]  # 8x where kept
+
+def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_raises():
+  """y keeps the value it had before x was written; its gradient would be taken at x's new value (it was, silently):
+  it raises, as torch's autograd does for a tensor modified in place."""
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = (x * x).realize()
+  x.assign(x + 1).realize()
+  assert y.tolist() == [1.0, 4.0, 9.0]
+  with pytest.raises(RuntimeError, match="written since"): y.sum().backward()
+  w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  opt = tiny.nn.optim.SGD([w], lr=0.5)
+  act = w.sin().realize()
+  (w * w).sum().backward()
+  opt.step()
+  with pytest.raises(RuntimeError, match="written since"): act.sum().backward()
+  assert (w.sin().sum().gradient(w)[0]).tolist() == [1.0, 1.0, 1.0]  # computed again: at w = 0
+
+def test_an_expression_realized_before_a_write_is_computed_again_after_it():
+  """A realized node remembers the buffer that holds its value, and an equal graph built later reads it; once a
+  buffer the node reads is written (an assign, an optimizer's step, a TinyJit replay), the note is stale. It was
+  read anyway where the node lived on (a trainable graph's, kept for its gradient): a model evaluated after each step
+  gave the first step's output."""
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  kept = (x * 2).realize()
+  x.assign(Tensor([10.0, 20.0, 30.0])).realize()
+  assert (x * 2).tolist() == [20.0, 40.0, 60.0] and kept.tolist() == [2.0, 4.0, 6.0]
+  w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  want, grads = [1.0, 2.0, 3.0], []
+  for _ in range(3):  # gradient descent by hand, each step's gradient kept
+    grads.append((w * w).sum().gradient(w)[0].realize())
+    w.assign(w - 0.25 * grads[-1]).realize()
+    want = [v - 0.25 * 2 * v for v in want]
+    assert w.tolist() == want
+  Tensor.manual_seed(0)
+  layer = tiny.nn.Linear(3, 2)
+  opt = tiny.nn.optim.SGD(tiny.nn.state.get_parameters(layer), lr=0.1)
+  data = Tensor([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
+  def step():
+    opt.zero_grad()
+    layer(data).square().sum().backward()
+    opt.step()
+  for fn in (step, tiny.TinyJit(step)):
+    seen = []
+    for _ in range(4):
+      fn()
+      seen.append(layer(data).realize())  # the same graph each time, the earlier results kept
+      w, b = layer.weight.tolist(), layer.bias.tolist()
+      want = [[sum(r[k] * w[j][k] for k in range(3)) + b[j] for j in range(2)] for r in data.tolist()]
+      assert_close(seen[-1].tolist(), want, rtol=1e-6, atol=1e-6)
+
 def test_realize_in_the_middle_changes_no_gradient():
   rng = random.Random(6)
   a, b = _vals(rng, 12), _vals(rng, 12)
@@ -5291,12 +5354,14 @@ def test_damaged_safetensors_files_raise_naming_why(tmp_path):
   def headed(header): return struct.pack("<Q", len(header)) + header + b"\0" * 8
   cases |= {"list": headed(b"[1, 2]"), "keys": headed(b'{"a": {"dtype": "F32"}}'),
             "shape": headed(good.replace(b"[2]", b"[-2]")), "pair": headed(good.replace(b"[0, 8]", b'["0", 8]')),
-            "other": headed(good.replace(b'"shape"', b'"shap"'))}  # a key of its own, and none named shape
+            "other": headed(good.replace(b'"shape"', b'"shap"')),  # a key of its own, and none named shape
+            "true": headed(good.replace(b"[2]", b"[true]")), "bool": headed(good.replace(b"[0, 8]", b"[false, 8]"))}
   for why, raw in cases.items():
     (tmp_path / why).write_bytes(raw)
     with pytest.raises(ValueError, match={"length": "header length", "json": "JSON", "offsets": "bytes 0 to 8",
                                           "dtype": "Q99", "list": "JSON object", "keys": "data_offsets",
-                                          "shape": "shape", "pair": "offsets", "other": "data_offsets"}[why]):
+                                          "shape": "shape", "pair": "offsets", "other": "data_offsets",
+                                          "true": "shape", "bool": "offsets"}[why]):
       tiny.nn.state.safe_load(tmp_path / why)
 
 

@@ -2604,18 +2604,28 @@ unmoves: dict[str, Callable] = {
   "flip": lambda g, x, axes: g.flip(axes),
 }
 
-def computed_from(u:UOp) -> UOp|None:
-  """The graph a realized result was computed from, where a gradient path runs through it. Tensor.realize notes it on
+class Origin(NamedTuple):  # what a realized result was computed from
+  graph: UOp
+  when: int  # the tick then: a gradient taken after a write into the graph's buffers would be at other values
+
+def origin(buffer:UOp, st:ShapeTracker) -> Origin|None:
+  """Where a gradient path runs through a realized result: the graph it was computed from. Tensor.realize notes it on
   the result's BUFFER node, by the view's tracker, outside the node's four fields: the note lives as long as the
   buffer, so a view taken of the result reaches it after the result's own tensor (and view node) is gone."""
-  if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER: return None
-  return u.src[0].__dict__.get("computed_from", {}).get(u.arg)
-def note_computed_from(view:UOp, graph:UOp): view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = graph
+  return buffer.__dict__.get("computed_from", {}).get(st) if buffer.op is Ops.BUFFER else None
+def note_computed_from(view:UOp, graph:UOp):
+  view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = Origin(graph, next(ticks))
+def computed_from(u:UOp) -> UOp|None:
+  return found.graph if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None else None
 
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
-  if (origin := computed_from(u)) is not None: return (origin,)
+  if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None:
+    if last_write(found.graph) > found.when:
+      raise RuntimeError("a gradient runs through a result realized from tensors written since (an assign, an "
+                         f"optimizer's step): it would be taken at their new values. Compute it again ({u.shape})")
+    return (found.graph,)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
   from_start = st.move is None  # u's last move was applied to the node's own whole view
@@ -2655,12 +2665,15 @@ def reading_trainable(roots:list[UOp]) -> set[UOp]:
     clear.update(seen)
     return False
   return {root for root in roots if reaches(root)} if trainable_nodes else set()
-def _read_sources(u:UOp) -> tuple[UOp, ...]:  # its sources, what it was computed from, and a view's nearest live view
-  origin = computed_from(u)
-  srcs = u.src if origin is None else (*u.src, origin)
+def _read_sources(u:UOp) -> tuple[UOp, ...]:
+  """Its sources, what it was computed from, and for a view the nearest view its moves went through (a trainable
+  tensor's node may be one): one that lives (found, not made), or the graph a realized one was computed from."""
+  graph = computed_from(u)
+  srcs = u.src if graph is None else (*u.src, graph)
   st = u.arg.before if u.op is Ops.VIEW else None
-  while st is not None:  # a view its moves went through may be a trainable tensor's node: found if it lives, not made
+  while st is not None:
     if (v := UOpMeta.existing(Ops.VIEW, u.dtype, u.src, st)) is not None: return (*srcs, v)
+    if (found := origin(u.src[0], st)) is not None: return (*srcs, found.graph)
     st = st.before
   return srcs
 
@@ -2959,7 +2972,7 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
       dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
       start, end = info["data_offsets"]
     except (TypeError, ValueError): raise malformed from None  # (a ShapeError is a ValueError)
-    if not isinstance(start, int) or not isinstance(end, int): raise malformed
+    if any(type(n) is not int for n in (*shape, start, end)): raise malformed  # (JSON's true is no size)
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
       raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
     out[name] = Tensor.empty(*shape, dtype=dtype, device=device)
@@ -3120,16 +3133,21 @@ def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[S
           for item in plan.items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
-# as a tensor (or graph) holds that view, and the note as long as the node.
+# as a tensor (or graph) holds that view, and the note as long as the node, while no buffer it reads is written.
+ticks = itertools.count(1)  # orders buffers' writes and the notes below: a note older than a write it reads is stale
+class Realized(NamedTuple):
+  view: weakref.ref  # to the view of the buffer holding the node's value
+  when: int          # the tick when it was computed: a buffer it reads written since makes it stale
+def last_write(u:UOp) -> int: return max((b.arg.written for b in u.buffers), default=0)  # into what u reads
 # In a TinyJit's capture a node counts as computed only if the capture computed it: one computed before, from other
 # inputs, is computed again, so the replay computes it from its own. An assign done before stays its buffer (done
 # again, it would write twice).
 def realized_view(u:UOp) -> UOp|None:
-  if (ref := u.__dict__.get("realized")) is None: return None
+  if (note := u.__dict__.get("realized")) is None or last_write(u) > note.when: return None  # (stale: recomputed)
   if capturing.now is not None and u not in capturing.now.computed and u.op is not Ops.ASSIGN: return None
-  return ref()
+  return note.view()
 def remember(u:UOp, view:UOp) -> UOp:
-  u.__dict__["realized"] = weakref.ref(view)
+  u.__dict__["realized"] = Realized(weakref.ref(view), next(ticks))
   if capturing.now is not None: capturing.now.computed.add(u)
   return view
 def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was realized before and is still held
@@ -5232,6 +5250,7 @@ class Buffer:
   def __init__(self, device:str, size:int, dtype:DType):
     self.device, self.size, self.dtype, self._buf = device, size, dtype, None
     self.allocated = whole_vectors(size) * dtype.itemsize  # bytes
+    self.written = 0  # the tick when a kernel or a copy last wrote it: a value computed from it before is stale
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
@@ -5240,7 +5259,10 @@ class Buffer:
       self._buf = Device[self.device].alloc(self.allocated)
       GlobalCounters.mem_used += self.allocated
     return self._buf
-  def copyin(self, src:memoryview): Device[self.device].runtime.copyin(self.buf, src)
+  def note_write(self): self.written = next(ticks)
+  def copyin(self, src:memoryview):
+    Device[self.device].runtime.copyin(self.buf, src)
+    self.note_write()
   def copyout(self) -> memoryview:
     out = memoryview(bytearray(self.nbytes))
     Device[self.device].runtime.synchronize()
@@ -5322,6 +5344,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     if debug >= 4: print(l.prog.src)
     tm = fn(*[bufs[s].buf for s in l.slots], global_size=l.prog.global_size, local_size=l.prog.local_size,
             wait=wait or debug >= 2 or capture is not None)  # (a buffer is allocated when a kernel first uses it)
+    for s in l.slots[:l.output_count]: bufs[s].note_write()
     if capture is not None:
       capture.launches.append((fn, l, [bufs[s] for s in l.slots]))
       capture.seconds += tm
@@ -5358,7 +5381,9 @@ class RawKernel:
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float:
     bufs = [t.buffer() for t in tensors]  # (no outputs named: a TinyJit capture holds every one as it is)
     launches = [(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), output_count=0, why="raw"))]
-    return launch(launches, bufs, wait)
+    seconds = launch(launches, bufs, wait)
+    for b in bufs: b.note_write()  # (any of them may be written)
+    return seconds
 
 def render(*tensors:Tensor, device:str|None=None) -> list[Program]:
   """The kernels that realizing these tensors would run, rendered for any device (present or not); nothing runs."""
@@ -5472,6 +5497,7 @@ class Replay:
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: Any
   native: Callable[[list], None]|None  # the launches as one call, where the device has a graph of kernels
+  written: list[int]  # the slots its kernels write: each noted written, as launch notes them
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
@@ -5498,6 +5524,7 @@ class Replay:
     return Replay(new_outputs=[(b.device, b.size, b.dtype) for b in outputs],
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
                   draws=Tensor._counter - call.start, launches=launches, native=device_graph(launches),
+                  written=sorted({s for _, l in launches for s in l.slots[:l.output_count]}),
                   outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
@@ -5511,6 +5538,7 @@ class Replay:
       if self.native is None or getenv("DEBUG") >= 2 or capturing.now is not None: launch(self.launches, bufs)
       else:
         self.native([b.buf for b in bufs])
+        for s in self.written: bufs[s].note_write()
         GlobalCounters.ran(len(self.launches), *self.work, 0.0)
     return mapped(self.outputs, lambda o: Tensor._of(o.view.rebind(bufs[o.slot]), bufs[o.slot].device), Output)
 
