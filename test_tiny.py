@@ -4655,6 +4655,31 @@ def test_an_int_to_an_int_tensors_power_is_exact_and_wraps(device):  # as torch'
   got = Tensor(bases, device=device) ** Tensor(powers, device=device)
   assert got.dtype == dtypes.int32 and got.tolist() == [want(b, e) for b, e in zip(bases, powers)]
   assert (10 ** Tensor([1, 2, 3], device=device)).tolist() == [10, 100, 1000]
+  small = Tensor([0, 3, 200, 255], dtype=dtypes.uint8, device=device) ** Tensor([1, 2, 3, 0], dtype=dtypes.uint8,
+                                                                                 device=device)
+  assert small.dtype == dtypes.uint8 and small.tolist() == [0, 9, 200 ** 3 % 256, 1]  # (it came back int32)
+
+def test_small_dtypes_keep_their_dtype_through_composites():  # each came back wider (the -1 or the 1 of a constant)
+  assert Tensor([0, 5, 200], dtype=dtypes.uint8).sign().dtype == dtypes.uint8
+  assert Tensor([0, 5, 200], dtype=dtypes.uint8).sign().tolist() == [0, 1, 1]
+  x = Tensor([[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]]], dtype=dtypes.half)
+  assert x.avg_pool2d((2, 2), stride=1).dtype == dtypes.half and x.avg_pool2d((2, 2), stride=1).tolist() == [[[[3, 4]]]]
+
+def test_rand_of_a_16_bit_float_stays_below_1():  # a float32 fraction rounded to half reached 1.0 (22 in 100,000)
+  Tensor.manual_seed(1)
+  for dtype in (dtypes.half, dtypes.bfloat16):
+    v = Tensor.rand(100000, dtype=dtype).float().tolist()
+    assert max(v) < 1.0 and min(v) >= 0.0 and len(set(v)) > 200
+
+def test_a_minus_one_in_a_shape_beside_a_size_0():
+  """-1 is what the other sizes leave: beside a 0 that is any size, so it raises (as torch's); the composites that
+  asked for one gave a wrong shape (cumsum over 17 of (0, 17): (0, 0)) or raised."""
+  empty = Tensor.zeros(0, 17)
+  assert empty.cumsum(1).shape == empty.cumprod(1).shape == empty.cummax(1)[0].shape == (0, 17)
+  assert empty.logcumsumexp(1).shape == (0, 17) and empty.reshape(-1, 17).shape == (0, 17)
+  assert Tensor.zeros(3, 0, 20).unflatten(0, (1, -1)).shape == (1, 3, 0, 20)
+  assert Tensor.zeros(2, 0, 4, 4).conv2d(Tensor.zeros(3, 0, 3, 3)).shape == (2, 3, 2, 2)
+  with pytest.raises(ValueError, match="-1"): empty.reshape(0, -1)
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_pow_has_its_own_gradient_at_zero_negative_and_infinite_bases(device):
@@ -4826,6 +4851,7 @@ def test_acosh_is_nan_everywhere_below_one():  # (past -4096, x + sqrt(x^2 - 1) 
 
 def test_composites_at_their_edges_match_torch_too():
   assert Tensor([183.0, -7.5, 7.0]).div(Tensor([61.0, 2.0, 0.0]), rounding_mode="trunc").tolist() == [3.0, -3.0, INF]
+  assert Tensor([INF, -INF, INF]).div(Tensor([2.5, 3.0, -1.0]), rounding_mode="trunc").tolist() == [INF, -INF, -INF]
   assert Tensor([-INF, INF, 1.0]).logaddexp(Tensor([-INF, INF, 1.0])).tolist()[:2] == [-INF, INF]
   assert Tensor([1e20]).asinh().item() == pytest.approx(math.asinh(1e20)) == Tensor([1e20]).acosh().item()
   assert all(map(math.isnan, Tensor([-1e20, -2.0, 0.5]).acosh().tolist()))  # (outside its domain; -1e20^2 overflows)

@@ -1198,8 +1198,9 @@ class Tensor:
     return t
   @creates
   def rand(*shape, dtype=None, device=None) -> Tensor:
-    bits = Tensor._bits(Tensor._unpack(shape), device)
-    return ((bits >> 8).cast(dtypes.float) * (1 / 2**24)).cast(dtype or dtypes.default_float)  # 24 bits: all exact
+    bits, dtype = Tensor._bits(Tensor._unpack(shape), device), dtypes.of(dtype or dtypes.default_float)
+    kept = {dtypes.half: 11, dtypes.bfloat16: 8}.get(dtype, 24)  # a fraction of the bits dtype holds: below 1, exact
+    return ((bits >> (32 - kept)).cast(dtypes.float) * (1 / 2**kept)).cast(dtype)
   @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.default_float)
@@ -1314,9 +1315,9 @@ class Tensor:
     is but for rounding (exact, where x * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as
     torch's."""
     if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
-    q = self / b  # (where b is 0: x / 0, as torch's)
+    q = self / b  # (where b is 0 or x infinite: x / b, as torch's)
     quotient = (self - self.fmod(b)) / b  # a whole number but for rounding: self - fmod(self, b) is a multiple of b
-    return (b == 0).where(q, quotient.round()._signed_zero(q))
+    return ((b == 0) | self.isinf()).where(q, quotient.round()._signed_zero(q))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
     quotient rounded toward 0 and its remainder (fmod: C's %; by 0, an int's remainder is 0 and a float's nan, as
@@ -1328,10 +1329,7 @@ class Tensor:
   def neg(self) -> Tensor:  # -True is -1 in Python and an error in numpy and torch: never quietly "not"
     if self.dtype == dtypes.bool: raise TypeError("can't negate a bool tensor, as numpy and torch can't: use ~ for not")
     return self._like(self.uop.alu(Ops.NEG))
-  def reciprocal(self) -> Tensor:  # (not _unary: 1/x is correctly rounded at every width, so its float32 casts
-    # would change nothing)
-    x = self._float()
-    return x._like(x.uop.alu(Ops.RECIP))
+  def reciprocal(self) -> Tensor: return self._unary(Ops.RECIP)  # (a half's in float32 too: CUDA has no float / half)
   __add__, __sub__, __mul__, __truediv__, __neg__ = add, sub, mul, div, neg
   def __floordiv__(self, x): return self.divmod(x)[0]
   def __mod__(self, x): return self.divmod(x)[1]
@@ -1494,7 +1492,9 @@ class Tensor:
     t = 1 / (1 + 0.5 * self)
     return t * (t._horner([-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
                            1.48851587, -0.82215223, 0.17087277]) - self.square()).exp()
-  def sign(self) -> Tensor: return (self < 0).where(-1, (self > 0).where(1, self * 0))  # (0 and nan: x*0, nan stays)
+  def sign(self) -> Tensor:  # (0 and nan: x*0, nan stays; an unsigned int is never below 0, and -1 isn't one)
+    positive_or_not = (self > 0).where(1, self * 0)
+    return positive_or_not if dtypes.is_unsigned(self.dtype) else (self < 0).where(-1, positive_or_not)
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
     bits, whole = (52, dtypes.int64) if self.dtype == dtypes.double else (23, dtypes.int32)
@@ -1582,7 +1582,7 @@ class Tensor:
       out = ((e >> k) & 1).cast(dtypes.bool).where(out * square, out)
       square = square * square
     negative = (b == 1).where(1, (b == -1).where((e & 1).cast(dtypes.bool).where(-1, 1), 0))
-    return (e < 0).where(negative, out)
+    return (e < 0).where(negative.cast(out.dtype), out)
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
   bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
@@ -1725,7 +1725,7 @@ class Tensor:
       upto = Tensor.ones(n, n, dtype=dtypes.bool, device=self.device).tril()  # [i, j]: j <= i, what output i reduces
       return back(upto.where(x.unsqueeze(-2), fill)._reduce(op, -1, False))
     # padded up to whole blocks (-n % block more), as (..., n/16, 16)
-    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], -1, block)
+    blocks = x._pad_along(x.ndim - 1, 0, -n % block, fill).reshape(*x.shape[:-1], cdiv(n, block), block)
     within = blocks._scan(op, -1)
     # block b starts from the combined totals of blocks 0..b-1: the totals scanned, then shifted right one (a fill
     # padded before, the last cut after: a pad of -1); block 0 starts from the fill
@@ -1789,7 +1789,8 @@ class Tensor:
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
-      shape[shape.index(-1)] = self.numel() // rest if rest else 0
+      if not rest: raise ShapeError(f"reshape of {self.shape} to {tuple(shape)}: -1 could be any size beside a 0")
+      shape[shape.index(-1)] = self.numel() // rest
     if prod(check_shape(shape)) != self.numel():  # checked first: a size like 2.5 would never fold into strides
       raise ShapeError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
     return self._reshape(tuple(shape))
@@ -2063,8 +2064,9 @@ class Tensor:
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
   def unflatten(self, dim:int, sizes) -> Tensor:
-    d = self._dim(dim)
-    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d+1:])
+    d, known = self._dim(dim), prod(s for s in sizes if s != -1)
+    sizes = tuple(self.shape[d] // known if s == -1 and known else s for s in sizes)  # (-1: from dim d's size alone)
+    return self.reshape(self.shape[:d] + sizes + self.shape[d+1:])
   def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim
     d = self._dim(dim)
     n = self.shape[d]
@@ -2202,7 +2204,8 @@ class Tensor:
     out = cols.shape[2:2 + dims]
     # (C, *kernel) by (N, *out): a matmul with the weights
     windows = cols.permute(1, *range(2 + dims, 2 + 2 * dims), 0, *range(2, 2 + dims)).contiguous()
-    y = weight.reshape(groups, o // groups, -1) @ windows.reshape(groups, c // groups * prod(kernel), -1)
+    per_output = c // groups * prod(kernel)
+    y = weight.reshape(groups, o // groups, per_output) @ windows.reshape(groups, per_output, n * prod(out))
     y = y.reshape(o, n, *out).permute(1, 0, *range(2, 2 + dims))
     return y if bias is None else y + bias.reshape(1, o, *(1,) * dims)
   def conv_transpose2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0,
@@ -2258,7 +2261,8 @@ class Tensor:
     kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
     lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
     sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
-    ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device)  # what each window counts: padding too, or not
+    # what each window counts: padding too, or not
+    ones = Tensor.ones(*self.shape[-len(kernel):], dtype=sums.dtype, device=self.device)
     padded = any(b or a for b, a in pads)
     if padded: ones = ones.pad(pads, value=1.0 if count_include_pad else 0.0)
     return sums / ones.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
