@@ -393,10 +393,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
-    """The same values, as a view the gradient walk stops at. A view's tracker (a ShapeTracker, in Views below) holds
-    its last move and the tracker that move was applied to, and the walk steps back along those; this one records the
-    move "detach" with no tracker before it, so the walk ends here. A view of a buffer stays one view of it; any other
-    node is viewed whole (a view of a view), so that if it is realized first, this reads it, not its sources."""
+    """The same values, as a view the gradient walk stops at: the walk steps back along a view's moves (see Views),
+    and this one's tracker records the move "detach" with none before it. A view of a buffer stays one view of it;
+    any other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
     if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes: composites do not replay it)
@@ -2038,7 +2037,7 @@ class Tensor:
     out.buffer().copyin(self.buffer().copyout())
     return out
   def to_(self, device:str) -> Tensor: return self.replace(self.to(device))
-  def replace(self, x:Tensor) -> Tensor:  # this tensor now stands for x's value
+  def replace(self, x:Tensor) -> Tensor:  # this tensor now stands for x's value (in place, unlike UOp.replace)
     if x.shape != self.shape: raise ShapeError(f"can't replace a tensor of shape {self.shape} by one of {x.shape}")
     self.uop, self.device = x.uop, x.device
     return self
@@ -2641,7 +2640,7 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
 # the view before its last move, a realized result to what it was computed from. The walk that asks whether a graph
 # reads a trainable tensor at all (_read_sources, for realize) follows everything a node reads: its sources, what it was
 # computed from, and the views its moves went through that still live (a trainable tensor's node may be one of them).
-#
+
 # The nodes of tensors set to require grad. A view of a buffer is kept as its BUFFER: the walk back makes such views
 # anew, but every graph that reads one holds the buffer.
 trainable_nodes: weakref.WeakSet = weakref.WeakSet()
@@ -3617,7 +3616,8 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
   def place(u:UOp, new:UOp) -> UOp:  # r is e; a load happens only where every pick is in range
     if u in at: return at[u]
-    return new.gated(valid) if u.op is Ops.LOAD and new is not u else new  # (a load whose address used a pick)
+    # (a load rebuilt: its address reads a pick, which may be out of range)
+    return new.gated(valid) if u.op is Ops.LOAD and new is not u else new
   return valid.where(rebuild(v.src[1], place), v.src[2])
 
 def ranges(u:UOp, kind:AxisType|None=None) -> list[UOp]:  # in the order they were made: outermost first
@@ -4433,15 +4433,14 @@ def to_accumulators(sink:UOp) -> UOp:
   return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, written_by[x.buf])),) + x.src[1:])
                            for x in sink.toposort if x.op is Ops.LOAD and x.buf in written_by})
 
-def _in_float(u:UOp) -> UOp|None:
+# bfloat16 is a storage type: each op on it runs in float32 and rounds back, as torch computes it. On every device:
+# C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32.
+def _bfloat16_via_float32(u:UOp) -> UOp|None:
   if u.dtype != dtypes.bfloat16 and all(s.dtype != dtypes.bfloat16 for s in u.src): return None
   out = UOp(u.op, dtypes.float if u.dtype == dtypes.bfloat16 else u.dtype,
             tuple(s.cast(dtypes.float) if s.dtype == dtypes.bfloat16 else s for s in u.src), u.arg)
   return out.cast(u.dtype)
-
-# bfloat16 is a storage type: each op on it runs in float32 and rounds back, as torch computes it. On every device:
-# C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32.
-bfloat16_in_float32 = PatternMatcher([(UPat(GroupOp.ALU, name="u"), _in_float)])
+bfloat16_in_float32 = PatternMatcher([(UPat(GroupOp.ALU, name="u"), _bfloat16_via_float32)])
 def in_float32(sink:UOp) -> UOp: return graph_rewrite(sink, bfloat16_in_float32)
 
 def narrow_index(sink:UOp) -> UOp:
