@@ -1848,7 +1848,7 @@ def test_pad_circular_wraps_at_most_once():
 @pytest.mark.parametrize("bad", [lambda t: t.pad(((3, 0), (0, 0)), mode="reflect"),  # reflect: less than the size
                                  lambda t: t.pad((0, 7), mode="reflect"), lambda t: t.pad((0, 8), mode="circular"),
                                  lambda t: t.shrink(((0, 0), None)).pad(((1, 0), (0, 0)), mode="replicate"),
-                                 lambda t: t.pad((1, 1), 1.0, mode="reflect")])
+                                 lambda t: t.pad((1, 1), "reflect", 1.0)])
 def test_pad_modes_refuse_what_they_cant_do(bad):
   with pytest.raises(ValueError): bad(Tensor.ones(3, 7))
   with pytest.raises(NotImplementedError, match="'wrap'"): Tensor.ones(3, 7).pad((1, 1), mode="wrap")  # as tinygrad
@@ -4552,7 +4552,7 @@ def test_batchnorm_keeps_running_statistics_and_uses_them_outside_training():
   unbiased = [sum((v - m) ** 2 for v in p) / 7 for p, m in zip(per, means)]
   assert_close(bn.running_mean.tolist(), [0.25 * m for m in means], rtol=1e-5, atol=1e-6)
   assert_close(bn.running_var.tolist(), [0.75 + 0.25 * v for v in unbiased], rtol=1e-5, atol=1e-6)
-  assert bn.num_batches_tracked.tolist() == [1]
+  assert bn.num_batches_tracked.tolist() == 1 and bn.num_batches_tracked.shape == ()  # 0-d, as tinygrad's and torch's
   out = flat(bn(x).tolist())  # not training: the running statistics
   assert_close(out, [(vals[k] - 0.25 * means[k // 4 % 3]) / math.sqrt(0.75 + 0.25 * unbiased[k // 4 % 3] + 1e-5)
                      for k in range(24)], rtol=1e-5, atol=1e-5)
@@ -4670,6 +4670,50 @@ def test_rand_of_a_16_bit_float_stays_below_1():  # a float32 fraction rounded t
   for dtype in (dtypes.half, dtypes.bfloat16):
     v = Tensor.rand(100000, dtype=dtype).float().tolist()
     assert max(v) < 1.0 and min(v) >= 0.0 and len(set(v)) > 200
+
+def test_tinygrads_call_forms():
+  """Calls written for tinygrad 0.14 that tiny refused or answered otherwise: x.stack(y) (a staticmethod took x for
+  nothing), pad's mode before its value, allclose as a tensor, full's fill_value, flip's axes as arguments, randperm's
+  device second, an int arange of float steps (it came back float), assign of a number or a list, a float index's
+  IndexError, sign of a bool."""
+  a, b = Tensor([1, 2]), Tensor([3, 4])
+  assert a.stack(b).tolist() == [[1, 2], [3, 4]] and a.stack(b, dim=1).tolist() == [[1, 3], [2, 4]]
+  assert Tensor([1.0, 2.0, 3.0]).pad((1, 1), "reflect").tolist() == [2.0, 1.0, 2.0, 3.0, 2.0]
+  assert Tensor([1.0, 2.0, 3.0]).pad((1, 1), "constant", 5.0).tolist() == [5.0, 1.0, 2.0, 3.0, 5.0]
+  assert Tensor([1.0]).allclose(Tensor([1.0])).item() is True and not Tensor([1.0]).allclose(Tensor([2.0]))
+  assert Tensor.full((2,), fill_value=3).tolist() == [3, 3] and a.full_like(fill_value=7).tolist() == [7, 7]
+  assert Tensor([[1, 2], [3, 4]]).flip(0, 1).tolist() == [[4, 3], [2, 1]]
+  assert sorted(Tensor.randperm(5, "CPU").tolist()) == [0, 1, 2, 3, 4]
+  steps = Tensor.arange(0, 2.5, 0.5, dtype=dtypes.int32)
+  assert steps.dtype == dtypes.int32 and steps.tolist() == [0, 0, 1, 1, 2]  # each value truncated
+  x = Tensor([1.0, 2.0])
+  x.assign(0)
+  assert x.tolist() == [0.0, 0.0]
+  x.assign([3, 4])
+  assert x.tolist() == [3.0, 4.0]
+  with pytest.raises(IndexError): x[1.0]
+  assert Tensor([True, False]).sign().tolist() == [True, False]
+
+def test_tinygrads_training_setting_and_nn_keywords(tmp_path):
+  """tinygrad 0.14 trains under Context(TRAINING=1) (or TRAINING=1 in the environment): dropout and BatchNorm train
+  there too (they ran as in eval). nn.Conv2d takes padding="same"; load_state_dict takes consume= and realize= and
+  returns what it loaded."""
+  Tensor.manual_seed(0)
+  with tiny.Context(TRAINING=1):
+    dropped = Tensor.ones(1000).dropout(0.5).tolist()
+    bn = tiny.nn.BatchNorm(2)
+    bn(Tensor([[1.0, 2.0], [3.0, 6.0]])).realize()
+  assert 300 < dropped.count(0.0) < 700 and bn.running_mean.tolist() == pytest.approx([0.2, 0.4])
+  assert Tensor.ones(10).dropout(0.5).tolist() == [1.0] * 10  # not training outside it
+  conv = tiny.nn.Conv2d(1, 1, (3, 4), padding="same", bias=False)
+  x = Tensor([[[[float(i * 6 + j) for j in range(6)] for i in range(5)]]])
+  # the same as padding by hand: rows 1 and 1, columns 1 before and 2 after (torch's split of an even kernel's 3)
+  assert conv(x).tolist() == x.pad((1, 2, 1, 1)).conv2d(conv.weight).tolist() and conv(x).shape == (1, 1, 5, 6)
+  with pytest.raises(ValueError, match="same"): tiny.nn.Conv2d(1, 1, 3, padding="valid")
+  src, dst = tiny.nn.Linear(3, 2), tiny.nn.Linear(3, 2)
+  state = tiny.nn.state.get_state_dict(src)
+  loaded = tiny.nn.state.load_state_dict(dst, state, verbose=False, consume=True)
+  assert len(loaded) == 2 and state == {} and dst.weight.tolist() == src.weight.tolist()
 
 def test_a_minus_one_in_a_shape_beside_a_size_0():
   """-1 is what the other sizes leave: beside a 0 that is any size, so it raises (as torch's); the composites that

@@ -1035,7 +1035,9 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  training = False  # what dropout and batch norm read: set by Tensor.train()
+  training = False  # set by Tensor.train(); dropout and batch norm train where it is set, or TRAINING=1 (tinygrad 0.14's)
+  @staticmethod
+  def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
   def __init__(self, data, dtype:DType|str|None=None, device:str|None=None, requires_grad:bool|None=None):
     dtype = None if dtype is None else dtypes.of(dtype)
     self.device = Device.canonical(device)
@@ -1104,9 +1106,9 @@ class Tensor:
   def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   @creates
-  def full(shape, value, dtype=None, device=None) -> Tensor:
+  def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
-    return Tensor(value, dtype, device).reshape((1,) * len(shape)).expand(shape)
+    return Tensor(fill_value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @creates
   def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
   @creates
@@ -1126,7 +1128,9 @@ class Tensor:
     # (int32 unless a value it holds needs int64, as in tinygrad)
     dtype = dtypes.of(dtype or (dtypes.default_float if floats else dtypes.promote(*map(_dtype_of_scalar, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
-    return Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(dtype) * step + start
+    computed = dtypes.default_float if floats and not dtypes.is_float(dtype) else dtype  # (an int of float steps:
+    # each value truncated, as tinygrad's)
+    return (Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(computed) * step + start).cast(dtype)
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
     rows, cols = check_shape((n, n if m is None else m))
@@ -1134,7 +1138,8 @@ class Tensor:
   # *_like: a tensor of this one's shape, and of its dtype and on its device unless told (kw: device=, requires_grad=)
   def _made_like(self, make:Callable, *args, dtype=None, device=None, **kw) -> Tensor:
     return make(self.shape, *args, dtype=dtype or self.dtype, device=device or self.device, **kw)
-  def full_like(self, value, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.full, value, dtype=dtype, **kw)
+  def full_like(self, fill_value, dtype=None, **kw) -> Tensor:
+    return self._made_like(Tensor.full, fill_value, dtype=dtype, **kw)
   def zeros_like(self, dtype=None, **kw) -> Tensor: return self.full_like(0, dtype, **kw)
   def ones_like(self, dtype=None, **kw) -> Tensor: return self.full_like(1, dtype, **kw)
   def empty_like(self, dtype=None, **kw) -> Tensor: return self._made_like(Tensor.empty, dtype=dtype, **kw)
@@ -1230,7 +1235,7 @@ class Tensor:
     # (the cast truncates: of a value >= 0, that is its floor)
     return ((Tensor.rand(*shape, device=device) * (high - low)).cast(dtypes.int64) + low).cast(dtype)
   @staticmethod
-  def randperm(n:int, dtype=dtypes.int32, device=None) -> Tensor:
+  def randperm(n:int, device=None, dtype=dtypes.int32) -> Tensor:
     return Tensor.rand(n, device=device).argsort().cast(dtype)
   @creates
   def scaled_uniform(*shape, dtype=None, device=None) -> Tensor:
@@ -1255,7 +1260,7 @@ class Tensor:
     return (picks.squeeze(0) if self.ndim == 1 else picks).cast(dtypes.int32)
   def dropout(self, p:float=0.5) -> Tensor:  # zeroes each element with probability p in Tensor.train(), scales the rest
     if not 0 <= p <= 1: raise ValueError(f"dropout's p={p} is not in [0, 1]")
-    if not Tensor.training or p == 0: return self
+    if not Tensor._training() or p == 0: return self
     if p == 1: return self * 0
     return (Tensor.rand(*self.shape, device=self.device) >= p).where(self, 0) * (1 / (1 - p))
 
@@ -1492,6 +1497,7 @@ class Tensor:
     return t * (t._horner([-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
                            1.48851587, -0.82215223, 0.17087277]) - self.square()).exp()
   def sign(self) -> Tensor:  # (0 and nan: x*0, nan stays; an unsigned int is never below 0, and -1 isn't one)
+    if self.dtype == dtypes.bool: return self  # (its own sign, as torch's)
     positive_or_not = (self > 0).where(1, self * 0)
     return positive_or_not if dtypes.is_unsigned(self.dtype) else (self < 0).where(-1, positive_or_not)
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
@@ -1532,8 +1538,8 @@ class Tensor:
     near = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
     same_inf = (self.isinf() | other.isinf()) & (self == other)
     return near | same_inf | (self.isnan() & other.isnan() & equal_nan)
-  def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
-    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+  def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor:  # (0-d: bool() of it, or item())
+    return self.isclose(other, rtol, atol, equal_nan).all()
   def copysign(self, other) -> Tensor:  # x's magnitude, other's sign: its sign bit, so -0.0 counts as negative
     a, b = self._broadcast(other)
     return b._sign_bit().where(-a.abs(), a.abs())
@@ -1810,7 +1816,7 @@ class Tensor:
     if ones != self.shape: moves.append(("reshape", ones))
     if shape != ones: moves.append(("expand", shape))
     return self._view(*moves) if moves else self
-  def pad(self, padding, value=0.0, mode:str="constant") -> Tensor:
+  def pad(self, padding, mode:str="constant", value=0.0) -> Tensor:
     """padding is flat, in torch's order (the last dim's before and after, then the dim before it's, ...), or one
     (before, after) pair or None per dim; a negative amount crops. Past the edges, "constant" holds value, "reflect"
     mirrors the values inside the edge, "replicate" repeats the edge and "circular" wraps around."""
@@ -1854,7 +1860,7 @@ class Tensor:
     return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
   def _pad_along(self, d:int, before:int, after:int, value=0.0) -> Tensor:  # dim d padded
     return self.pad(tuple((before, after) if i == d else None for i in range(self.ndim)), value=value)
-  def flip(self, axis) -> Tensor: return self._view(("flip", self._axes(axis)))
+  def flip(self, axis, *more) -> Tensor: return self._view(("flip", self._axes((axis, *more) if more else axis)))
   def transpose(self, dim0=1, dim1=0) -> Tensor:
     order = list(range(self.ndim))
     a, b = self._dim(dim0), self._dim(dim1)
@@ -1904,7 +1910,7 @@ class Tensor:
         places = i.nonzero()
         picks += [(dim + k, places[:, k]) for k in range(width)]
       elif isinstance(i, Tensor): picks.append((dim, i))
-      elif isinstance(i, bool) or not isinstance(i, (int, slice)): raise TypeError(f"can't index a tensor with {i!r}")
+      elif isinstance(i, bool) or not isinstance(i, (int, slice)): raise IndexError(f"can't index a tensor with {i!r}")
       else:
         n = x.shape[dim]
         if isinstance(i, int):
@@ -2055,9 +2061,8 @@ class Tensor:
       out = part if out is None else inside.where(part, out)
       at += t.shape[d]
     return out
-  @staticmethod
-  def stack(*ts, dim=0) -> Tensor:
-    ts = Tensor._unpack(ts)
+  def stack(self, *others, dim=0) -> Tensor:  # (Tensor.stack(a, b) and Tensor.stack([a, b]) too)
+    ts = Tensor._unpack((self, *others))
     if not all(isinstance(t, Tensor) for t in ts): raise ValueError("stack takes tensors, or one list of them")
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
@@ -2455,8 +2460,11 @@ class Tensor:
   # --- realization
   def assign(self, x) -> Tensor:
     """Writes x into this tensor's buffer in place, lazily: when this tensor is next realized. A tensor computed from
-    this one before keeps the value it had: it is realized first, if it would read the buffer."""
+    this one before keeps the value it had: it is realized first, if it would read the buffer. x may be a Python
+    number (written everywhere) or list, as tinygrad's."""
+    if isinstance(x, (list, tuple)): x = Tensor(x, self.dtype, self.device)
     x = self._const(x).cast(self.dtype)
+    if not x.shape: x = x.expand(self.shape)
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop): self.uop = self._owned().uop  # one to write into
@@ -2813,6 +2821,10 @@ class Conv2d:
   def __init__(self, in_channels:int, out_channels:int, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                bias=True):
     self.kernel_size = per_dim(kernel_size, 2)
+    if isinstance(padding, str):  # "same": an output of the input's size, as tinygrad's (stride 1)
+      if padding != "same" or stride != 1: raise ValueError(f"padding {padding!r}: only 'same', of stride 1, is a word")
+      spans = [d * (k - 1) for d, k in zip(per_dim(dilation, len(self.kernel_size)), self.kernel_size)][::-1]
+      padding = [p for span in spans for p in (span // 2, span - span // 2)]  # (flat, the last dim's first)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     shape = (out_channels, in_channels // groups, *self.kernel_size)
     self.weight = parameter(Tensor.kaiming_uniform(*shape, a=math.sqrt(5)))
@@ -2886,16 +2898,16 @@ class BatchNorm:
     self.weight, self.bias = _affine(sz, affine)
     if track_running_stats:  # state, not parameters: an optimizer given them leaves them
       self.running_mean, self.running_var = Tensor.zeros(sz), Tensor.ones(sz)
-      self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.long)
+      self.num_batches_tracked = Tensor.zeros(dtype=dtypes.long)
       for t in (self.running_mean, self.running_var, self.num_batches_tracked): t.requires_grad = False
   def __call__(self, x:Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
-    if self.track_running_stats and not Tensor.training: mean, var = self.running_mean, self.running_var
+    if self.track_running_stats and not Tensor._training(): mean, var = self.running_mean, self.running_var
     else:
       mean = x.mean(axes)
       # (the mean detached: var's gradient through it is a sum of x - mean, 0)
       var = (x - mean.detach().reshape(1, -1, *(1,) * (x.ndim - 2))).square().mean(axes)
-      if self.track_running_stats and Tensor.training:
+      if self.track_running_stats and Tensor._training():
         n = x.numel() / x.shape[1]
         if n < 2: raise ValueError(f"a batch norm in training needs more than 1 value per channel, got shape {x.shape}")
         self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
@@ -2924,17 +2936,21 @@ def get_state_dict(obj, prefix:str="") -> dict[str, Tensor]:
 
 def get_parameters(obj) -> list[Tensor]: return list(get_state_dict(obj).values())
 
-def load_state_dict(model, state_dict:dict[str, Tensor], strict=True) -> None:
-  """Assigns each tensor of the model the one of its name (a missing one raises, unless not strict); realizes them."""
-  own = get_state_dict(model)
-  for name, t in own.items():
+def load_state_dict(model, state_dict:dict[str, Tensor], strict=True, verbose=True, consume=False,
+                    realize=True) -> list[Tensor]:
+  """Assigns each tensor of the model the one of its name (a missing one raises, unless not strict); realizes them
+  (unless not realize) and returns them. consume: each one assigned is dropped from state_dict. (verbose: tinygrad's
+  progress bar; tiny prints none.)"""
+  loaded = []
+  for name, t in get_state_dict(model).items():
     if name not in state_dict:
       if strict: raise KeyError(f"{name!r} is not in the state dict (it has {', '.join(state_dict) or 'nothing'})")
       continue
     if state_dict[name].shape != t.shape:
       raise ShapeError(f"{name!r} is {state_dict[name].shape} in the state dict, but {t.shape} in the model")
-    t.assign(state_dict[name].to(t.device))
-  if own: Tensor.realize(*own.values())
+    loaded.append(t.assign((state_dict.pop(name) if consume else state_dict[name]).to(t.device)))
+  if realize and loaded: Tensor.realize(*loaded)
+  return loaded
 
 SAFETENSORS_DTYPES = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16,
                       "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64, "I32": dtypes.int32,
