@@ -4693,6 +4693,8 @@ def test_tinygrads_call_forms():
   assert x.tolist() == [3.0, 4.0]
   with pytest.raises(IndexError): x[1.0]
   assert Tensor([True, False]).sign().tolist() == [True, False]
+  assert dtypes.ints == dtypes.uints + dtypes.sints and dtypes.half in dtypes.floats and dtypes.is_bool(dtypes.bool)
+  assert (dtypes.from_py(1.5), dtypes.from_py(True), dtypes.from_py(3)) == (dtypes.float, dtypes.bool, dtypes.int)
 
 def test_tinygrads_training_setting_and_nn_keywords(tmp_path):
   """tinygrad 0.14 trains under Context(TRAINING=1) (or TRAINING=1 in the environment): dropout and BatchNorm train

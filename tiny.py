@@ -112,6 +112,9 @@ class dtypes:
   float64 = double = DType(11, 8, "double", "d")
   all = (bool, int8, uint8, int16, uint16, uint32, int32, int64, uint64, float16, bfloat16, float32, float64)
   narrow = (float16, bfloat16)  # floats that add up in float32: a sum's, a matmul's
+  floats = (float16, bfloat16, float32, float64)  # (tinygrad's groups)
+  uints, sints = (uint8, uint16, uint32, uint64), (int8, int16, int32, int64)
+  ints = uints + sints
   default_float, default_int = float32, int32  # what a Python float and int become (as tinygrad's: set them to change)
   # index math (ranges, addresses, gates) is exact: lowering makes it int where every value fits 32 bits, else long
   index = DType(7, 8, "index", "q")  # (it shares int64's letter, so index.vec(n).scalar is int64, not index)
@@ -124,6 +127,10 @@ class dtypes:
   def is_int(d:DType) -> bool: return d.fmt in "bBhHIiqQ"
   @staticmethod
   def is_unsigned(d:DType) -> bool: return d.fmt in "BHIQ"
+  @staticmethod
+  def is_bool(d:DType) -> bool: return d.fmt == "?"
+  @staticmethod
+  def from_py(x) -> DType: return _dtype_of_scalar(x)  # what a Python value becomes
   @staticmethod
   def of(x) -> DType:
     if isinstance(x, DType): return x
@@ -1035,7 +1042,7 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  training = False  # set by Tensor.train(); dropout and batch norm train where it is set, or TRAINING=1 (tinygrad 0.14's)
+  training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
   def __init__(self, data, dtype:DType|str|None=None, device:str|None=None, requires_grad:bool|None=None):
