@@ -3927,6 +3927,42 @@ def test_a_view_of_a_realized_result_realized_again_keeps_its_gradient(move, row
   assert loss.item() == sum((2 * v) ** 2 for v in (2, 3, 5, 6))  # realized before the gradient is asked
   assert loss.gradient(x)[0].tolist() == [[0.0, 16.0, 24.0], [0.0, 40.0, 48.0]]  # 8x where kept
 
+def test_an_assign_runs_once_and_an_equal_graph_gets_a_buffer_of_its_own():
+  """Laziness stays invisible across writes: an assign realized by a reader ran again when its own tensor was read
+  (the note of its run was a weak reference nothing held); and a tensor built as an earlier one was, realized while
+  that one had a write pending, shared its buffer (the earlier one's note still pointed there), so each write landed
+  in the other's memory."""
+  w = Tensor([1.0, 2.0, 3.0]).reshape(3, 1)
+  w += 1
+  (w * 2).realize()
+  assert w.tolist() == [[2.0], [3.0], [4.0]]
+  a = Tensor.full((3,), 2.5)
+  keep = a * 1  # (holds the node a was)
+  a.realize()
+  a += 1
+  b = Tensor.full((3,), 2.5).realize()
+  b += 1
+  assert a.tolist() == b.tolist() == [3.5] * 3 and keep.tolist() == [2.5] * 3
+  x = Tensor([1.0, 2.0, 3.0])
+  c = x * 2
+  keep = c + 0
+  c.realize()
+  c *= 10
+  d = (x * 2).realize()
+  d += 1
+  assert c.tolist() == [20.0, 40.0, 60.0] and d.tolist() == [3.0, 5.0, 7.0] and keep.tolist() == [2.0, 4.0, 6.0]
+
+def test_a_gradient_reaches_a_tensor_with_a_write_pending():  # (the write is a leaf: it raised, no rule for ASSIGN)
+  for realize in (True, False):
+    a = Tensor([0.5, 3.0, 0.0]).contiguous()
+    a.requires_grad = True
+    b = Tensor([-1.0, -1.5, -0.5]).contiguous()
+    b.requires_grad = True
+    a -= b
+    if realize: a.realize()
+    ((a * a).sum() + (b * b).sum()).backward()
+    assert a.grad.tolist() == [3.0, 9.0, 1.0] and b.grad.tolist() == [-2.0, -3.0, -1.0]  # 2a (a written), 2b
+
 def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_raises():
   """y keeps the value it had before x was written; its gradient would be taken at x's new value (it was, silently):
   it raises, as torch's autograd does for a tensor modified in place."""

@@ -2483,6 +2483,7 @@ class Tensor:
     buffers it writes)."""
     x = x.cast(self.dtype)
     written, value = self._written(), x.uop
+    written.src[0].arg.note_write()  # (pending: what was realized into the buffer is stale already)
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
     # x's graph reads the buffer this overwrites: the Tensor x is pointed at a copy of its value now (computed only if
@@ -2639,6 +2640,7 @@ def computed_from(u:UOp) -> UOp|None:
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
+  if u.op is Ops.ASSIGN: return ()  # (its value is written as it is: no gradient flows into a write)
   if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None:
     if last_write(found.graph) > found.when:
       raise RuntimeError("a gradient runs through a result realized from tensors written since (an assign, an "
@@ -3159,21 +3161,24 @@ def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[S
           for item in plan.items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
-# as a tensor (or graph) holds that view, and the note as long as the node, while no buffer it reads is written.
+# as a tensor (or graph) holds that view, and the note as long as the node, until a buffer it reads or the one holding
+# its value is written (or has a write pending). An assign's note holds its view: it says the write ran, which stays
+# true, and a tensor still holding the assign must not run it again (its buffer is held by the assign anyway).
 ticks = itertools.count(1)  # orders buffers' writes and the notes below: a note older than a write it reads is stale
 class Realized(NamedTuple):
-  view: weakref.ref  # to the view of the buffer holding the node's value
-  when: int          # the tick when it was computed: a buffer it reads written since makes it stale
+  view: Callable[[], UOp|None]  # the view of the buffer holding the node's value (a weak reference, but an assign's)
+  when: int                     # the tick when it was computed
 def last_write(u:UOp) -> int: return max((b.arg.written for b in u.buffers), default=0)  # into what u reads
 # In a TinyJit's capture a node counts as computed only if the capture computed it: one computed before, from other
 # inputs, is computed again, so the replay computes it from its own. An assign done before stays its buffer (done
 # again, it would write twice).
 def realized_view(u:UOp) -> UOp|None:
-  if (note := u.__dict__.get("realized")) is None or last_write(u) > note.when: return None  # (stale: recomputed)
+  if (note := u.__dict__.get("realized")) is None or (view := note.view()) is None: return None
+  if u.op is not Ops.ASSIGN and max(last_write(u), view.src[0].arg.written) > note.when: return None  # (stale)
   if capturing.now is not None and u not in capturing.now.computed and u.op is not Ops.ASSIGN: return None
-  return note.view()
+  return view
 def remember(u:UOp, view:UOp) -> UOp:
-  u.__dict__["realized"] = Realized(weakref.ref(view), next(ticks))
+  u.__dict__["realized"] = Realized((lambda: view) if u.op is Ops.ASSIGN else weakref.ref(view), next(ticks))
   if capturing.now is not None: capturing.now.computed.add(u)
   return view
 def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was realized before and is still held
