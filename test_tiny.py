@@ -4701,6 +4701,16 @@ def test_small_dtypes_keep_their_dtype_through_composites():  # each came back w
   x = Tensor([[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]]], dtype=dtypes.half)
   assert x.avg_pool2d((2, 2), stride=1).dtype == dtypes.half and x.avg_pool2d((2, 2), stride=1).tolist() == [[[[3, 4]]]]
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_16_bit_floats_product_is_taken_in_float32_and_rounded_once(device):  # as its sum (it rounded each factor)
+  rng = random.Random(5)
+  vals = [rng.uniform(0.8, 1.3) * rng.choice((-1, 1)) for _ in range(64)]
+  for dtype, rounded in ((dtypes.half, f16), (dtypes.bfloat16, bf16)):
+    x = Tensor(vals, dtype=dtype, device=device)
+    want = 1.0
+    for v in x.float().tolist(): want = float(struct.unpack("f", struct.pack("f", want * v))[0])  # float32 products
+    assert x.prod().dtype == dtype and x.prod().float().item() == rounded(want)
+
 def test_rand_of_a_16_bit_float_stays_below_1():  # a float32 fraction rounded to half reached 1.0 (22 in 100,000)
   Tensor.manual_seed(1)
   for dtype in (dtypes.half, dtypes.bfloat16):

@@ -1658,11 +1658,13 @@ class Tensor:
     return out._reshape(ones_for_axes if keepdim else kept)
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), Reduction(op, axes)))
-  def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor:
-    """Ints and bools add up in int64, as numpy and torch; 16-bit floats in float32, rounded back, as torch."""
-    if dtype is None and self.dtype in dtypes.narrow: return self.float().sum(axis, keepdim).cast(self.dtype)
-    x = self.cast(dtype) if dtype is not None else self._int64_if_smaller()
-    return x._reduce(Ops.ADD, axis, keepdim)
+  def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor: return self._accumulated(Ops.ADD, axis, keepdim, dtype)
+  def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor: return self._accumulated(Ops.MUL, axis, keepdim, dtype)
+  def _accumulated(self, op:Ops, axis, keepdim:bool, dtype) -> Tensor:
+    """Ints and bools in int64, as numpy and torch; 16-bit floats in float32, rounded back once, as torch."""
+    if dtype is None and self.dtype in dtypes.narrow:
+      return self.float()._accumulated(op, axis, keepdim, None).cast(self.dtype)
+    return (self.cast(dtype) if dtype is not None else self._int64_if_smaller())._reduce(op, axis, keepdim)
   def max(self, axis=None, keepdim=False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False) -> Tensor: return self._reverse_order().max(axis, keepdim)._reverse_order()
   @via_float32  # (a 16-bit float's sum may pass 65504)
@@ -1685,8 +1687,6 @@ class Tensor:
     m = m.isinf().where(0, m)  # a row of -inf is -inf, not nan
     total = (self - m).exp().sum(axis, keepdim)
     return total.log() + m.reshape(total.shape)
-  def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor:  # ints and bools multiply in int64, as in torch
-    return (self.cast(dtype) if dtype is not None else self._int64_if_smaller())._reduce(Ops.MUL, axis, keepdim)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   @via_float32
