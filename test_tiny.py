@@ -4741,6 +4741,9 @@ def test_tinygrads_call_forms():
   assert Tensor([True, False]).sign().tolist() == [True, False]
   assert dtypes.ints == dtypes.uints + dtypes.sints and dtypes.half in dtypes.floats and dtypes.is_bool(dtypes.bool)
   assert (dtypes.from_py(1.5), dtypes.from_py(True), dtypes.from_py(3)) == (dtypes.float, dtypes.bool, dtypes.int)
+  logits, labels = Tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]], dtype=dtypes.half), Tensor([2, 0])
+  assert logits.cross_entropy(labels).dtype == logits.log_softmax().nll_loss(labels).dtype == dtypes.half
+  assert (Tensor([2, 3]) ** Tensor([0.5, 2.0], dtype=dtypes.half)).dtype == dtypes.half  # as int + half is
 
 def test_tinygrads_training_setting_and_nn_keywords(tmp_path):
   """tinygrad 0.14 trains under Context(TRAINING=1) (or TRAINING=1 in the environment): dropout and BatchNorm train

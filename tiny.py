@@ -1574,7 +1574,7 @@ class Tensor:
       if x < 0: raise DTypeError(f"an int tensor to a negative power ({x}) is a fraction: use a float tensor")
       x = Tensor(x, dtype=self.dtype, device=self.device)
     if isinstance(x, Tensor) and dtypes.is_int(dtypes.promote(self.dtype, x.dtype)): return self._int_pow(x)
-    base, e = self._float()._broadcast(x)
+    base, e = (t._float() for t in self._broadcast(x))  # (an int to a half power: half, as add)
     mag = (base.abs().log2() * e).exp2()
     whole = e == e.trunc()
     odd = (e / 2).trunc() * 2 != e
@@ -1659,7 +1659,8 @@ class Tensor:
   def _reduce_axis(self, op:Ops, axes:tuple[int, ...]) -> Tensor:
     return self._like(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), Reduction(op, axes)))
   def sum(self, axis=None, keepdim=False, dtype=None) -> Tensor: return self._accumulated(Ops.ADD, axis, keepdim, dtype)
-  def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor: return self._accumulated(Ops.MUL, axis, keepdim, dtype)
+  def prod(self, axis=None, keepdim=False, dtype=None) -> Tensor:
+    return self._accumulated(Ops.MUL, axis, keepdim, dtype)
   def _accumulated(self, op:Ops, axis, keepdim:bool, dtype) -> Tensor:
     """Ints and bools in int64, as numpy and torch; 16-bit floats in float32, rounded back once, as torch."""
     if dtype is None and self.dtype in dtypes.narrow:
@@ -2390,14 +2391,14 @@ class Tensor:
     if Y.shape not in (self.shape, indices):
       raise ShapeError(f"cross_entropy of logits {self.shape} needs class indices of shape {indices} or probabilities "
                        f"of the logits' shape, got {Y.shape}")
-    if Y.shape == indices: Y = Y._one_hot(self.shape[classes], classes)
+    if Y.shape == indices: Y = Y._one_hot(self.shape[classes], classes).cast(self.dtype)  # (a half's loss stays half)
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
     return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
   def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
     if self.ndim == 1:  # one sample, (C,), and a 0-d target: as a batch of one
       loss = self.unsqueeze(0).nll_loss(Y.reshape(1), weight, ignore_index, reduction)
       return loss.reshape(()) if reduction == "none" else loss
-    w = Y.ones_like(dtypes.float) if weight is None else weight[Y]
+    w = Y.ones_like(self._float().dtype) if weight is None else weight[Y]
     if ignore_index is not None: w = w * (Y != ignore_index)
     loss = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * w
     return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
