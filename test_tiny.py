@@ -3952,6 +3952,19 @@ def test_an_assign_runs_once_and_an_equal_graph_gets_a_buffer_of_its_own():
   d += 1
   assert c.tolist() == [20.0, 40.0, 60.0] and d.tolist() == [3.0, 5.0, 7.0] and keep.tolist() == [2.0, 4.0, 6.0]
 
+def test_a_tinyjit_replay_realizes_what_reads_a_weight_before_writing_it():
+  """A tensor built from a weight before a jitted step that writes the weight keeps the value it had, as assign()
+  keeps it: replays wrote the weight first (calls 3 and on read the new value)."""
+  w = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  @tiny.TinyJit
+  def step(x):
+    w.assign(w + x)
+    return (w * 1).realize()
+  for i in range(4):
+    before = w * 2
+    step(Tensor([1.0, 1.0, 1.0]))
+    assert before.tolist() == [2.0 * (v + i) for v in (1.0, 2.0, 3.0)] and w.tolist() == [v + i + 1 for v in (1, 2, 3)]
+
 def test_a_gradient_reaches_a_tensor_with_a_write_pending():  # (the write is a leaf: it raised, no rule for ASSIGN)
   for realize in (True, False):
     a = Tensor([0.5, 3.0, 0.0]).contiguous()

@@ -5530,6 +5530,7 @@ class Replay:
   outputs: Any
   native: Callable[[list], None]|None  # the launches as one call, where the device has a graph of kernels
   written: list[int]  # the slots its kernels write: each noted written, as launch notes them
+  overwrites: list[int]  # those of them tensors outside the replay may hold: the inputs, and buffers it holds
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
@@ -5556,7 +5557,8 @@ class Replay:
     return Replay(new_outputs=[(b.device, b.size, b.dtype) for b in outputs],
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
                   draws=Tensor._counter - call.start, launches=launches, native=device_graph(launches),
-                  written=sorted({s for _, l in launches for s in l.slots[:l.output_count]}),
+                  written=(written := sorted({s for _, l in launches for s in l.slots[:l.output_count]})),
+                  overwrites=[s for s in written if s < len(given) or s >= len(given + outputs + own)],
                   outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
@@ -5566,6 +5568,8 @@ class Replay:
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
+    # what reads a buffer the replay writes in place is realized first, as the call's assigns realized it
+    if self.overwrites: Tensor._realize_readers({UOp(Ops.BUFFER, bufs[s].dtype, (), bufs[s]) for s in self.overwrites})
     with self.turns:  # kernel by kernel where each is seen: timed and listed (DEBUG=2), or captured by an outer jit
       if self.native is None or getenv("DEBUG") >= 2 or capturing.now is not None: launch(self.launches, bufs)
       else:
