@@ -3965,6 +3965,38 @@ def test_a_tinyjit_replay_realizes_what_reads_a_weight_before_writing_it():
     step(Tensor([1.0, 1.0, 1.0]))
     assert before.tolist() == [2.0 * (v + i) for v in (1.0, 2.0, 3.0)] and w.tolist() == [v + i + 1 for v in (1, 2, 3)]
 
+def test_a_tinyjit_capture_leaves_out_what_was_lazy_before_the_call_and_keeps_its_own_writes():
+  """What was lazy before a jitted call (a write pending, a tensor the function reads) is realized before the capture:
+  inside it, every replay wrote it again (w grew each call) or computed it again from buffers written since. A write
+  the function leaves pending is part of its step: replays ran it a call late, or not at all."""
+  w = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  w += 1  # pending
+  @tiny.TinyJit
+  def read(x): return (x * w).realize()
+  for _ in range(4): assert read(Tensor([1.0, 1.0, 1.0])).tolist() == [2.0, 3.0, 4.0]
+  assert w.tolist() == [2.0, 3.0, 4.0]
+  v = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  h = v * 2  # lazy, read by the function
+  @tiny.TinyJit
+  def shifted(x): return (x + h).realize()
+  for _ in range(4):
+    assert shifted(Tensor([1.0, 1.0, 1.0])).tolist() == [3.0, 5.0, 7.0]
+    v += 10
+  u = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  @tiny.TinyJit
+  def bump(x):
+    y = (x * u).realize()
+    u.assign(u + 1)  # left pending
+    return y
+  for i in range(5): assert bump(Tensor([1.0, 1.0, 1.0])).tolist() == [v + i for v in (1.0, 2.0, 3.0)]
+  assert u.tolist() == [6.0, 7.0, 8.0]
+
+def test_a_raw_kernel_realizes_what_reads_its_buffers_first():  # as an assign does (it read the incremented values)
+  a = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  before = a * 2
+  tiny.RawKernel("inc", "void inc(float* a) { for (int i = 0; i < 3; i++) a[i] += 1.0f; }")(a)
+  assert before.tolist() == [2.0, 4.0, 6.0] and a.tolist() == [2.0, 3.0, 4.0]
+
 def test_a_gradient_reaches_a_tensor_with_a_write_pending():  # (the write is a leaf: it raised, no rule for ASSIGN)
   for realize in (True, False):
     a = Tensor([0.5, 3.0, 0.0]).contiguous()

@@ -5412,6 +5412,7 @@ class RawKernel:
     self.fn = Device[self.device].program(self.prog)
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float:
     bufs = [t.buffer() for t in tensors]  # (no outputs named: a TinyJit capture holds every one as it is)
+    Tensor._realize_readers({t.uop.src[0] for t in tensors}, *tensors)  # (any of them may be written)
     launches = [(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), output_count=0, why="raw"))]
     seconds = launch(launches, bufs, wait)
     for b in bufs: b.note_write()  # (any of them may be written)
@@ -5479,8 +5480,10 @@ class TinyJit:
   where they were at capture; data the function makes of Python values, as the second call made it (so data that
   changed between the first two calls raises; rand's is drawn anew each replay, as the call would have). Python
   control flow that depends on tensor values goes as it went on the second call. Each call's outputs (the tensors in
-  what it returns, however nested) are new buffers, so a result keeps its values after later calls. A TinyJit called
-  by another's function, capturing or replaying, is captured with it."""
+  what it returns, however nested) are new buffers, so a result keeps its values after later calls. What was lazy
+  before a capturing call is realized first; writes the function leaves pending are part of its step; a replay
+  realizes what reads the buffers it writes in place first, as assign() does. A TinyJit called by another's function,
+  capturing or replaying, is captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.first, self.replays = fn, Bounded(), Bounded()  # first: what each signature's first call made of data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
@@ -5493,12 +5496,17 @@ class TinyJit:
       raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list, tuple or dict, or "
                       f"hashable ({e})") from None
     if replay is not None: return replay(given)
+    if capturing.now is None:  # what was computed or written lazily before the call is realized now: inside the
+      # capture, every replay would compute it, or write it, again
+      def lazy(u:UOp) -> bool: return bool(u.buffers) and not (u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER)
+      if pending := [t for t in Tensor._alive() if lazy(t.uop)]: Tensor.realize(*pending)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try:
       out = self.fn(*args, **kwargs)
       outs: list[Tensor] = []  # the tensors it returns
       mapped(out, outs.append)
-      if outs: Tensor.realize(*outs)
+      writes = [t for t in Tensor._alive() if t.uop.op is Ops.ASSIGN]  # the call's, left pending: part of the step
+      if outs or writes: Tensor.realize(*outs, *writes)
     finally:
       call = capturing.now
       capturing.now = outer
@@ -5530,7 +5538,9 @@ class Replay:
   outputs: Any
   native: Callable[[list], None]|None  # the launches as one call, where the device has a graph of kernels
   written: list[int]  # the slots its kernels write: each noted written, as launch notes them
-  overwrites: list[int]  # those of them tensors outside the replay may hold: the inputs, and buffers it holds
+  # of those, what tensors outside the replay may hold: inputs it writes in place, and BUFFERs it holds (weights)
+  inputs_written: list[int]
+  held_written: frozenset[UOp]
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
@@ -5558,7 +5568,8 @@ class Replay:
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
                   draws=Tensor._counter - call.start, launches=launches, native=device_graph(launches),
                   written=(written := sorted({s for _, l in launches for s in l.slots[:l.output_count]})),
-                  overwrites=[s for s in written if s < len(given) or s >= len(given + outputs + own)],
+                  inputs_written=[s for s in written if s < len(given)],
+                  held_written=frozenset(UOp(Ops.BUFFER, b.dtype, (), b) for b in held if slots[b] in written),
                   outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
@@ -5569,7 +5580,8 @@ class Replay:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
     # what reads a buffer the replay writes in place is realized first, as the call's assigns realized it
-    if self.overwrites: Tensor._realize_readers({UOp(Ops.BUFFER, bufs[s].dtype, (), bufs[s]) for s in self.overwrites})
+    written = self.held_written | {UOp(Ops.BUFFER, bufs[s].dtype, (), bufs[s]) for s in self.inputs_written}
+    if written: Tensor._realize_readers(written)
     with self.turns:  # kernel by kernel where each is seen: timed and listed (DEBUG=2), or captured by an outer jit
       if self.native is None or getenv("DEBUG") >= 2 or capturing.now is not None: launch(self.launches, bufs)
       else:
