@@ -3997,6 +3997,48 @@ def test_a_raw_kernel_realizes_what_reads_its_buffers_first():  # as an assign d
   tiny.RawKernel("inc", "void inc(float* a) { for (int i = 0; i < 3; i++) a[i] += 1.0f; }")(a)
   assert before.tolist() == [2.0, 4.0, 6.0] and a.tolist() == [2.0, 3.0, 4.0]
 
+def test_a_write_pending_into_a_shared_buffer_runs_before_the_buffer_is_read():
+  """Tensors sharing a buffer (a whole-buffer reshape, a detach) see each other's writes, as where ops run at once:
+  a write pending in one wasn't run when the other was read, so a realize() with no other effect changed the answer
+  (and a write whose tensor was dropped was lost)."""
+  for make in (lambda t: t.reshape(3, 1), lambda t: t.detach()):
+    a = Tensor([1.0, 2.0, 3.0])
+    b = make(a)
+    b += 1
+    assert a.tolist() == [2.0, 3.0, 4.0]
+  a = Tensor([1.0, 2.0, 3.0])
+  b = a.reshape(3, 1)
+  b += 1
+  del b  # (its write, pending, is still a's)
+  assert a.tolist() == [2.0, 3.0, 4.0]
+  b, c = Tensor([1.0, -1.0, 3.0]), Tensor([1.5, 2.0, -1.5]).realize()
+  d = b.detach()
+  d.assign((c + d).relu())
+  assert b.maximum(c).tolist() == [2.5, 2.0, 1.5]
+
+def test_views_built_by_other_moves_are_each_realized():
+  """Two roots of one realize that are one node over slots (views of one buffer built by other moves) each get the
+  stored view: the second was left lazy, and when the realize kept them from a write, it read the new value."""
+  a = Tensor([1.0, 2.0, 3.0, 4.0])
+  s1, s2 = a[0:2], a[0:3][0:2]
+  a += 10
+  a.realize()
+  assert s1.tolist() == s2.tolist() == [1.0, 2.0]
+  b = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  p, q = b.T.contiguous(), b.T.detach().contiguous()
+  Tensor.realize(p, q)
+  assert p.uop.op is q.uop.op is tiny.Ops.VIEW and p.tolist() == q.tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+
+def test_an_optimizer_step_leaves_a_tensor_that_shared_its_parameters_buffer():  # (equal graphs, one buffer)
+  keep = Tensor.ones(3).contiguous()  # (holds the node)
+  c = Tensor.ones(3).contiguous().realize()
+  c.requires_grad = True
+  d = Tensor.ones(3).contiguous().realize()
+  opt = tiny.nn.optim.SGD([c], lr=0.5)
+  c.sum().backward()
+  opt.step()
+  assert c.tolist() == [0.5] * 3 and d.tolist() == [1.0] * 3 and keep.tolist() == [1.0] * 3
+
 def test_a_gradient_reaches_a_tensor_with_a_write_pending():  # (the write is a leaf: it raised, no rule for ASSIGN)
   for realize in (True, False):
     a = Tensor([0.5, 3.0, 0.0]).contiguous()

@@ -2485,6 +2485,7 @@ class Tensor:
     x = x.cast(self.dtype)
     written, value = self._written(), x.uop
     written.src[0].arg.note_write()  # (pending: what was realized into the buffer is stale already)
+    written.src[0].arg.pending = self
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
     # x's graph reads the buffer this overwrites: the Tensor x is pointed at a copy of its value now (computed only if
@@ -2528,10 +2529,19 @@ class Tensor:
     at the view of the buffer that holds its value (where a gradient runs through it, noting what it was computed
     from: a realize changes no gradient)."""
     key, buffers, nodes = structure([t.uop for t in group], device)
+    # a write pending into a buffer this graph reads, by a tensor sharing the buffer, runs first (unless it is part
+    # of this graph)
+    if pending := [b.pending for b in buffers if b.pending is not None]:
+      inside = set(nodes)
+      if writers := [t for t in pending if t.uop not in inside]:
+        Tensor.realize(*writers)
+        key, buffers, nodes = structure([t.uop for t in group], device)  # (a write it held is done now)
     plan = planned(key, nodes)
     bufs = plan.run(buffers, device)
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a Slot's view: on this run's buffer
-    for entry, view in plan.writes.items(): remember(nodes[entry], bound(view))
+    for entry, view in plan.writes.items():
+      bufs[view.src[0].arg.index].pending = None  # (written)
+      remember(nodes[entry], bound(view))
     # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
@@ -2544,6 +2554,7 @@ class Tensor:
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
     if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
+    if (writer := self.uop.src[0].arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
     return self.uop.src[0].arg
   def tolist(self):
     vals = list(decoded(self.dtype, self.buffer().copyout()))
@@ -2748,7 +2759,7 @@ class Optimizer:
     # _next, whose temporaries die when it returns: the writes below have no reader left to realize
     written = self.params + self.state
     for t in written: t.buffer()  # each in a buffer of its own, to be written
-    Tensor._realize_readers({t.uop.src[0] for t in written})
+    Tensor._realize_readers({t.uop.src[0] for t in written}, *written)
     self._write_state()
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
     for t, new in zip(self.params, nexts): t._write(new)
@@ -3141,8 +3152,11 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   entry_of = {became[u]: i for i, u in enumerate(slotted)}  # (split and packed) node -> its entry
   items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(inputs_of, has_reduce)]
   stored_at = {r: view for item in items for r, view in item.outs.items()}  # entry -> the slot view that holds it
+  # (two entries can be one node over slots: views of one buffer built by other moves, a.T and a.T.detach(); a root
+  # finds its view by its node)
+  node_at = {became[slotted[r]]: view for r, view in stored_at.items()}
   return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in new_outputs],
-              root_views=[stored_at.get(r) for r in key.roots],
+              root_views=[node_at.get(became[slotted[r]]) for r in key.roots],
               writes={r: view for r, view in stored_at.items() if slotted[r].op is Ops.ASSIGN})
 
 def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each entry, reading buffers as slots
@@ -5283,6 +5297,7 @@ class Buffer:
     self.device, self.size, self.dtype, self._buf = device, size, dtype, None
     self.allocated = whole_vectors(size) * dtype.itemsize  # bytes
     self.written = 0  # the tick when a kernel or a copy last wrote it: a value computed from it before is stale
+    self.pending: Tensor|None = None  # the tensor whose write into it is pending (assign), until it runs
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
