@@ -452,7 +452,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate]);
   # by place: REDUCE(value, *ranges) (arg: its op), END(range, *body), DEFINE_ACC(identity, *loops it lives in).
   # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see to_accumulators), and an accumulator's LOAD
-  # has no address: its second source is the loop iteration or END it reads the accumulator after
+  # has no address: its second source is the loop iteration or END it reads the accumulator after (addr is asked of
+  # memory accesses only)
   @property
   def size(self) -> int: return self.src[0].arg  # RANGE, SPECIAL: how many values it takes
   @property
@@ -2356,9 +2357,10 @@ class Tensor:
   def rearrange(self, formula:str, **sizes) -> Tensor:
     """einops' rearrange: "b (h w) c -> b h w c", h=2: names for the dims (a group in parentheses is one dim of their
     product), moved to the right side's order and grouped as it says."""
-    def side(text:str) -> list[list[str]]:  # the names of each dim: a group's, in parentheses, or one ("1": none)
-      return [group.split() if not name else [] if name == "1" else [name]
-              for group, name in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
+    def names(group:str, name:str) -> list[str]:  # a group's, in parentheses; or one name ("1": a dim of 1, none)
+      if not name: return group.split()
+      return [] if name == "1" else [name]
+    def side(text:str) -> list[list[str]]: return [names(*m) for m in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
     left, right = formula.split("->")
     # the dims "..." stands for, named _0, _1, ... (side() counts "..." as one name: + 1)
     extra = self.ndim - len(side(left)) + 1 if "..." in left else 0
@@ -5404,8 +5406,10 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
   return total
 
 def prepare(items:list[Kernel]|list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
-  """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot. Each
-  new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
+  """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot
+  (slot: where each of an item's bufs is among the launch's: a plan's Slot BUFFER -> its index, a Buffer -> its
+  place). Each new one compiles in the background while the next is lowered: a compile is a subprocess, so they run
+  side by side."""
   dev, launches, compiles = Device[device], [], []
   for item in items:
     if all(st.buf.arg.size == 0 for st in item.ast.src): continue  # its outputs hold nothing
