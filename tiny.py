@@ -130,7 +130,17 @@ class dtypes:
   @staticmethod
   def is_bool(d:DType) -> bool: return d.fmt == "?"
   @staticmethod
-  def from_py(x) -> DType: return _dtype_of_scalar(x)  # what a Python value becomes
+  def from_py(v) -> DType:
+    """A number's own dtype (tinygrad's name): bool, dtypes.default_int (int64 past its range, uint64 past int64's, as
+    numpy), dtypes.default_float. numpy scalars, known by their dtype (tiny doesn't import numpy), follow the same
+    rule, but a float16 stays float16. (bool, int: Python's, as in python() below.)"""
+    np_dtype = str(getattr(v, "dtype", ""))
+    if isinstance(v, bool) or np_dtype == "bool": return dtypes.bool
+    if isinstance(v, numbers.Integral):
+      _checked(dtypes.uint64 if v > 0 else dtypes.int64, v)  # past the widest int of its sign, no dtype holds it
+      return next(d for d in (dtypes.default_int, dtypes.int64, dtypes.uint64) if dtypes.fits(d, v))
+    if isinstance(v, numbers.Real): return dtypes.float16 if np_dtype == "float16" else dtypes.default_float
+    raise TypeError(f"can't make a tensor of {v!r}: a {type(v).__name__} is not a number")
   @staticmethod
   def of(x) -> DType:
     if isinstance(x, DType): return x
@@ -941,27 +951,15 @@ def _checked(d:DType, v):
     raise OverflowError(f"{v!r} is out of range for {d} ({dtypes.min(d)} to {dtypes.max(d)})")
   return x
 
-def _dtype_of_scalar(v) -> DType:
-  """A number's own dtype: bool, dtypes.default_int (int64 past its range, uint64 past int64's, as numpy),
-  dtypes.default_float. numpy scalars, known by their dtype (tiny doesn't import numpy), follow the same rule, but a
-  float16 stays float16."""
-  np_dtype = str(getattr(v, "dtype", ""))
-  if isinstance(v, bool) or np_dtype == "bool": return dtypes.bool
-  if isinstance(v, numbers.Integral):
-    _checked(dtypes.uint64 if v > 0 else dtypes.int64, v)  # past the widest int of its sign, no dtype holds it
-    return next(d for d in (dtypes.default_int, dtypes.int64, dtypes.uint64) if dtypes.fits(d, v))
-  if isinstance(v, numbers.Real): return dtypes.float16 if np_dtype == "float16" else dtypes.default_float
-  raise TypeError(f"can't make a tensor of {v!r}: a {type(v).__name__} is not a number")
-
 def _dtype_of_list(vals:list) -> DType:
   """The promotion of the elements' own dtypes. Python bools, ints and floats are told apart by their types and the
   ints' extremes, so that a list of millions costs no Python call per element."""
   kinds = set(map(type, vals))
-  if not kinds <= {bool, int, float}: return dtypes.promote(*{_dtype_of_scalar(v) for v in vals})
+  if not kinds <= {bool, int, float}: return dtypes.promote(*{dtypes.from_py(v) for v in vals})
   if float in kinds or not vals: return dtypes.default_float
   lo, hi = min(vals), max(vals)
   if lo >= 0 and not dtypes.fits(dtypes.int64, hi): return dtypes.uint64  # (as numpy: no signed int holds them)
-  return dtypes.promote(_dtype_of_scalar(lo), _dtype_of_scalar(hi))
+  return dtypes.promote(dtypes.from_py(lo), dtypes.from_py(hi))
 
 def broadcast_shape(*shapes:tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(s) for s in shapes)
@@ -1051,7 +1049,7 @@ class Tensor:
     self.device = Device.canonical(device)
     if isinstance(data, UOp): self.uop = data
     elif isinstance(data, (bool, int, float)):
-      dtype = dtype or _dtype_of_scalar(data)
+      dtype = dtype or dtypes.from_py(data)
       self.uop = UOp.const(dtype, _checked(dtype, data))
     else: self.uop = self._copied_in(data, dtype)
     if requires_grad is not None: self.requires_grad = requires_grad
@@ -1134,7 +1132,7 @@ class Tensor:
     ends = (start, start + max(n - 1, 0) * step)  # its first and last values
     floats = any(isinstance(v, float) for v in (start, stop, step))
     # (int32 unless a value it holds needs int64, as in tinygrad)
-    dtype = dtypes.of(dtype or (dtypes.default_float if floats else dtypes.promote(*map(_dtype_of_scalar, ends))))
+    dtype = dtypes.of(dtype or (dtypes.default_float if floats else dtypes.promote(*map(dtypes.from_py, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
     computed = dtypes.default_float if floats and not dtypes.is_float(dtype) else dtype  # (an int of float steps:
     # each value truncated, as tinygrad's)
@@ -1279,7 +1277,7 @@ class Tensor:
     if isinstance(v, Tensor): return v
     if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
     same_kind = dtypes.is_float(self.dtype) or isinstance(v, bool) or (isinstance(v, int) and self.dtype != dtypes.bool)
-    dtype = self.dtype if same_kind else _dtype_of_scalar(v)
+    dtype = self.dtype if same_kind else dtypes.from_py(v)
     dtype = dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype
     return self._like(UOp.const(dtype, _checked(dtype, v)))
   def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
@@ -2486,8 +2484,9 @@ class Tensor:
     buffers it writes)."""
     x = x.cast(self.dtype)
     written, value = self._written(), x.uop
-    written.src[0].arg.note_write()  # (pending: what was realized into the buffer is stale already)
-    written.src[0].arg.pending = self
+    buffer = written.src[0].arg
+    buffer.note_write()  # (pending: what was realized into the buffer is stale already)
+    buffer.pending = self
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
     # x's graph reads the buffer this overwrites: the Tensor x is pointed at a copy of its value now (computed only if
@@ -5431,7 +5430,7 @@ class RawKernel:
     self.fn = Device[self.device].program(self.prog)
   def __call__(self, *tensors:Tensor, wait:bool=True) -> float:
     bufs = [t.buffer() for t in tensors]  # (no outputs named: a TinyJit capture holds every one as it is)
-    Tensor._realize_readers({t.uop.src[0] for t in tensors}, *tensors)  # (any of them may be written)
+    Tensor._realize_readers({t.uop.src[0] for t in tensors}, *tensors)
     launches = [(self.fn, Launch(self.device, self.prog, list(range(len(bufs))), output_count=0, why="raw"))]
     seconds = launch(launches, bufs, wait)
     for b in bufs: b.note_write()  # (any of them may be written)
@@ -5517,8 +5516,8 @@ class TinyJit:
     if replay is not None: return replay(given)
     if capturing.now is None:  # what was computed or written lazily before the call is realized now: inside the
       # capture, every replay would compute it, or write it, again
-      def lazy(u:UOp) -> bool: return bool(u.buffers) and not (u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER)
-      if pending := [t for t in Tensor._alive() if lazy(t.uop)]: Tensor.realize(*pending)
+      def is_lazy(u:UOp) -> bool: return bool(u.buffers) and not (u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER)
+      if lazy := [t for t in Tensor._alive() if is_lazy(t.uop)]: Tensor.realize(*lazy)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try:
       out = self.fn(*args, **kwargs)
