@@ -29,8 +29,8 @@ Sections:
 One realize(), call by call:
   Tensor.realize -> structure (an entry a node: the plan's key) -> planned / plan (over_slots, split_reduce, pack,
   kernel_outputs, kernel_inputs, group_outputs, _kernel: each kernel's AST) -> Plan.run -> prepare -> to_program ->
-  lower (ranged, optimize, finish: to_cpu or to_gpu, to_lanes, to_accumulators, in_float32, add_loops, narrow_index,
-  stream, linearize) -> Renderer.render -> Compiled.program (compile, disk cache) -> launch."""
+  lower (ranged, optimize, finish: to_cpu or to_gpu, to_lanes, to_accumulators, after_stores, in_float32, add_loops,
+  narrow_index, stream, linearize) -> Renderer.render -> Compiled.program (compile, disk cache) -> launch."""
 from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
@@ -461,7 +461,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
 
   # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate]);
   # by place: REDUCE(value, *ranges) (arg: its op), END(range, *body), DEFINE_ACC(identity, *loops it lives in).
-  # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see to_accumulators), and an accumulator's LOAD
+  # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see after_stores), and an accumulator's LOAD
   # has no address: its second source is the loop iteration or END it reads the accumulator after (addr is asked of
   # memory accesses only)
   @property
@@ -987,6 +987,17 @@ EDGE_PADS = {"reflect": EdgePad(lambda size: size - 1, _reflected),
 
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
   return (v,) * dims if isinstance(v, int) else tuple(v)
+
+class Pooling(NamedTuple):
+  """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
+  each dim: enough for one more window where the last would start inside the input or its padding before."""
+  kernel: tuple
+  stride: tuple
+  dilation: tuple
+  pads: list[tuple[int, int]]
+  extra: list[int]
+  @property
+  def grown(self) -> list[tuple[int, int]]: return [(b, a + e) for (b, a), e in zip(self.pads, self.extra)]
 
 def flat_pairs(padding:Sequence[int], dims:int) -> list[tuple[int, int]]:
   """torch's flat padding (the last dim's before and after, then the one before it's, ...): a pair for each of dims."""
@@ -2239,9 +2250,7 @@ class Tensor:
             for k, dil, (b, a), extra in zip(kernel, dilation, padding, output_padding)]
     return x.conv2d(w.reshape(groups * per_group, c // groups, *kernel), bias, groups, 1, dilation,
                     [v for p in reversed(pads) for v in p])  # (torch's flat order: the last dim first)
-  def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> tuple[tuple, tuple, tuple, list, list]:
-    """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
-    each dim: enough for one more window where the last would start inside the input or its padding before."""
+  def _pooling(self, kernel_size, stride, dilation, padding, ceil_mode) -> Pooling:
     kernel = per_dim(kernel_size, 2)
     dims = len(kernel)
     stride, dilation = per_dim(kernel if stride is None else stride, dims), per_dim(dilation, dims)
@@ -2253,37 +2262,34 @@ class Tensor:
       # ceil_mode: one more window where it would start inside the input or its padding before (torch's rule: one that
       # would start in the padding after is dropped)
       if ceil_mode and span % s and last + s < n + b: extra[i] = s - span % s
-    return kernel, stride, dilation, pads, extra
+    return Pooling(kernel, stride, dilation, pads, extra)
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-    kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
-    grow = (*[None] * (self.ndim - len(kernel)), *[(b, a + e) for (b, a), e in zip(pads, extra)])
+    pool = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
+    grow, axes = (*[None] * (self.ndim - len(pool.kernel)), *pool.grown), tuple(range(-len(pool.kernel), 0))
     x = self.contiguous() if return_indices else self  # (compared with their maxes: see argmax)
-    windows = x.pad(grow, value=dtypes.min(self.dtype))._pool(kernel, stride, dilation)
-    axes = tuple(range(-len(kernel), 0))
+    windows = x.pad(grow, value=dtypes.min(self.dtype))._pool(pool.kernel, pool.stride, pool.dilation)
     top = windows.max(axes, keepdim=True)
-    if not return_indices: return top.reshape(top.shape[:-len(kernel)])
-    size = prod(self.shape[-len(kernel):])  # each input place's flat number, counted down: the max's first is largest
-    countdown = (Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(kernel):])
-                 .pad(grow[-len(kernel):]))
-    where = size - (windows._at_max(top) * countdown._pool(kernel, stride, dilation)).max(axes)
-    return top.reshape(top.shape[:-len(kernel)]), where.cast(dtypes.int32)
+    if not return_indices: return top.reshape(top.shape[:-len(axes)])
+    size = prod(self.shape[-len(axes):])  # each input place's flat number, counted down: the max's first is largest
+    countdown = Tensor.arange(size, 0, -1, device=self.device).reshape(self.shape[-len(axes):]).pad(pool.grown)
+    where = size - (windows._at_max(top) * countdown._pool(pool.kernel, pool.stride, pool.dilation)).max(axes)
+    return top.reshape(top.shape[:-len(axes)]), where.cast(dtypes.int32)
   @composite
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
-    kernel, stride, dilation, pads, extra = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
-    lead, axes = [None] * (self.ndim - len(kernel)), tuple(range(-len(kernel), 0))
-    sums = self.pad((*lead, *[(b, a + e) for (b, a), e in zip(pads, extra)]))._pool(kernel, stride, dilation).sum(axes)
+    pool = self._pooling(kernel_size, stride, dilation, padding, ceil_mode)
+    lead, axes = [None] * (self.ndim - len(pool.kernel)), tuple(range(-len(pool.kernel), 0))
+    sums = self.pad((*lead, *pool.grown))._pool(pool.kernel, pool.stride, pool.dilation).sum(axes)
     # what each window counts: padding too, or not
-    ones = Tensor.ones(*self.shape[-len(kernel):], dtype=sums.dtype, device=self.device)
-    padded = any(b or a for b, a in pads)
-    if padded: ones = ones.pad(pads, value=1.0 if count_include_pad else 0.0)
-    return sums / ones.pad([(0, e) for e in extra])._pool(kernel, stride, dilation).sum(axes)
+    ones = Tensor.ones(*self.shape[-len(axes):], dtype=sums.dtype, device=self.device)
+    if any(b or a for b, a in pool.pads): ones = ones.pad(pool.pads, value=1.0 if count_include_pad else 0.0)
+    return sums / ones.pad([(0, e) for e in pool.extra])._pool(pool.kernel, pool.stride, pool.dilation).sum(axes)
   def max_unpool2d(self, indices:Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value put back at its index (max_pool2d's) in an output of zeros."""
     n, c, *size = self.shape
     if output_size is None:
-      kernel, stride, dilation, pads, _ = self._pooling(kernel_size, stride, dilation, padding, False)
+      pool = self._pooling(kernel_size, stride, dilation, padding, False)
       output_size = [(i - 1) * s - b - a + d * (k - 1) + 1
-                     for i, k, s, d, (b, a) in zip(size, kernel, stride, dilation, pads)]
+                     for i, k, s, d, (b, a) in zip(size, pool.kernel, pool.stride, pool.dilation, pool.pads)]
     output_size = tuple(output_size)[-len(size):]
     hit = indices.reshape(n, c, -1)._one_hot(prod(output_size))
     return hit.where(self.reshape(n, c, -1, 1), 0).sum(2).reshape(n, c, *output_size).cast(self.dtype)
@@ -3536,7 +3542,7 @@ def ranged(ast:UOp, target:Target) -> UOp:  # the AST over ranges, merged, with 
 def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  # an optimized kernel, rendered
   name = kernel_name(sink)
   for step in (to_gpu if target.gpu else to_cpu, functools.partial(to_lanes, target=target), simplify, to_accumulators,
-               in_float32, simplify, add_loops, narrow_index, functools.partial(stream, target=target)):
+               after_stores, in_float32, simplify, add_loops, narrow_index, functools.partial(stream, target=target)):
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
@@ -3811,7 +3817,8 @@ def reread(sink:UOp, target:Target) -> UOp:
   exp2 in one instruction, and its threads would read each other's columns); where rows are the outer ranges
   (threads split the rows, each owning its rows' columns); for a reduce over the row's columns computed once a row
   (its accumulator lives in every row loop, so the store has them all open); into an ungated store of a buffer the
-  kernel reads nothing else from. to_accumulators puts the store in the reduce's loop, and the load after it."""
+  kernel reads nothing else from. to_accumulators puts the store in the reduce's loop, after_stores the load after
+  it."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
@@ -4017,26 +4024,23 @@ def on_tensor_cores(sink:UOp, core:TensorCore) -> UOp:
   the lane's elements of the product to its own accumulator; the store then runs once for each of them, where the
   layout puts it."""
   fit, lane = tensor_core_fit(sink, core), new_range(32, AxisType.LOCAL)
-  m_size, n_size, k_size = core.dims
-  m_tiles, n_tiles, k_tiles = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg)
-                               for q, d in zip((fit.m, fit.n, fit.k), core.dims)]  # (each keeps its range's place)
-  # along each of m, n and k: its range, the range of its tiles, and a tile's size
-  along_m, along_n, along_k = (fit.m, m_tiles, m_size), (fit.n, n_tiles, n_size), (fit.k, k_tiles, k_size)
-  def fragment(x:UOp, down:tuple, across:tuple, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
-    (r, r_tile, r_size), (c, c_tile, c_size) = down, across
-    def element(i:int, j:int) -> UOp: return substitute(x, {r: r_tile * r_size + i, c: c_tile * c_size + j})
+  size = dict(zip((fit.m, fit.n, fit.k), core.dims))  # a tile's size along each of m, n and k
+  # the range of the tiles along each, in its range's place (the same arg)
+  tiles = {q: UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, q.size // d),), q.arg) for q, d in size.items()}
+  def along(q:UOp, i:int|UOp) -> UOp: return tiles[q] * size[q] + i  # element i of the tile, on q's axis
+  def fragment(x:UOp, rows:UOp, cols:UOp, at:Callable, count:int, dtype:DType) -> UOp:  # a lane's elements of x
+    def element(i:int, j:int) -> UOp: return substitute(x, {rows: along(rows, i), cols: along(cols, j)})
     return UOp(Ops.VECTORIZE, dtype.vec(count), tuple(element(*at(lane, e)) for e in range(count)))
   zero = UOp.const(dtypes.float.vec(core.elements[2]), 0.0)
-  a = fragment(fit.a, along_m, along_k, core.a, core.elements[0], core.dtype)
-  b = fragment(fit.b, along_k, along_n, core.b, core.elements[1], core.dtype)
+  a = fragment(fit.a, fit.m, fit.k, core.a, core.elements[0], core.dtype)
+  b = fragment(fit.b, fit.k, fit.n, core.b, core.elements[1], core.dtype)
   product = UOp(Ops.WMMA, dtypes.float.vec(core.elements[2]), (a, b, zero), core.name)
   stores = []
   for i in range(core.elements[2]):
     row, col = core.c(lane, i)
     # element i of the product, summed over k's tiles, stored where the layout puts it in the m x n tile
-    total = UOp(Ops.REDUCE, dtypes.float, (UOp(Ops.GEP, dtypes.float, (product,), i), k_tiles), Ops.ADD)
-    places = {fit.reduce: total, fit.m: m_tiles * m_size + row, fit.n: n_tiles * n_size + col}
-    stores.append(substitute(sink.src[0], places))
+    total = UOp(Ops.REDUCE, dtypes.float, (UOp(Ops.GEP, dtypes.float, (product,), i), tiles[fit.k]), Ops.ADD)
+    stores.append(substitute(sink.src[0], {fit.reduce: total, fit.m: along(fit.m, row), fit.n: along(fit.n, col)}))
   return simplify(sink.replace(src=tuple(stores)))
 
 def shared_reduces(sink:UOp, target:Target) -> list[Opt]:
@@ -4441,10 +4445,8 @@ def to_accumulators(sink:UOp) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside the
   output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
-  column of the row, is computed once a row. Then each load of a buffer the kernel stores into reads it through a
-  BARRIER, so that linearize places it after those stores."""
+  column of the row, is computed once a row."""
   free, done, numbers = free_ranges(sink), {}, itertools.count()
-  written_by: dict[UOp, UOp] = {}  # a buffer the kernel stores into -> what a load of it waits for (see the end)
   groups: dict[tuple, list[UOp]] = defaultdict(list)
   for u in sink.toposort:
     if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
@@ -4465,12 +4467,17 @@ def to_accumulators(sink:UOp) -> UOp:
                  for acc, value, u in zip(accs, current, us)) + tuple(substitute(st, done) for st in in_loop[rs])
     for r in reversed(rs): body = (UOp(Ops.END, None, (r,) + body),)
     done.update({u: read(acc, body[0]) for acc, u in zip(accs, us)})
-    written_by.update({st.buf: body[0] for st in in_loop[rs] if st.op is Ops.STORE})
-  sink = substitute(sink, done)
-  # A load of a buffer the kernel stores values into (see reread) reads a BARRIER(buffer, what it waits for), so that
-  # linearize places it after:
-  # - stores in a reduce's loop: that loop (its END);
-  # - a store outside loops: the store, unless its own value loads the buffer (that load can't wait for its store).
+  return substitute(sink, done)
+
+def after_stores(sink:UOp) -> UOp:
+  """Each load of a buffer the kernel stores into (see reread) reads a BARRIER(buffer, what it waits for), so that
+  linearize places it after the stores:
+  - stores in a reduce's loop: that loop (its outermost END, which toposort meets after the ENDs inside it);
+  - a store outside loops: the store, unless its own value loads the buffer (that load can't wait for its store)."""
+  written_by: dict[UOp, UOp] = {}  # a buffer -> what a load of it waits for
+  for end in (u for u in sink.toposort if u.op is Ops.END):
+    written_by |= {st.buf: end for st in end.src[1:] if st.op is Ops.STORE}
+    written_by |= {buf: end for buf, waits in written_by.items() if waits in end.src}  # the loop around
   def reads_itself(st:UOp) -> bool: return any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)
   written_by |= {st.buf: st for st in sink.src
                  if st.op is Ops.STORE and st.buf not in written_by and not reads_itself(st)}
