@@ -3991,6 +3991,55 @@ def test_a_tinyjit_capture_leaves_out_what_was_lazy_before_the_call_and_keeps_it
   for i in range(5): assert bump(Tensor([1.0, 1.0, 1.0])).tolist() == [v + i for v in (1.0, 2.0, 3.0)]
   assert u.tolist() == [6.0, 7.0, 8.0]
 
+def test_a_tensor_sharing_a_buffer_reads_a_write_pending_into_it_eagerly_and_under_tinyjit():
+  """r shares w's buffer (a whole reshape); what is built from r after w.assign reads the write, even where the write
+  and the reader are realized together (they read the old value: nothing ordered the write first)."""
+  def step(w:Tensor) -> Tensor:
+    r = w.reshape(2, 2)
+    w.assign(w * 2)
+    out = r.flatten() + 0
+    Tensor.realize(out, w)
+    return out
+  for jit in (False, True):
+    w = Tensor([1.0, 2.0, 3.0, 4.0]).contiguous().realize()
+    f = tiny.TinyJit(lambda: step(w)) if jit else (lambda: step(w))
+    for i in range(4): assert f().tolist() == [v * 2 ** (i + 1) for v in (1.0, 2.0, 3.0, 4.0)]
+
+def test_a_tinyjit_replay_runs_a_write_pending_into_a_weight_first():  # (a learning rate set between steps: ignored)
+  w = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  @tiny.TinyJit
+  def f(x): return (x * w).realize()
+  for i in range(5):
+    assert f(Tensor([1.0, 1.0, 1.0])).tolist() == [v + 10 * i for v in (1.0, 2.0, 3.0)]
+    w.assign(w + 10)  # pending
+
+def test_a_tinyjit_function_may_return_a_weight_it_reads():  # (the second call raised: "read a tensor returned")
+  w = Tensor([1.0, 2.0]).contiguous().realize()
+  @tiny.TinyJit
+  def f(x): return w, (x * w).realize()
+  for i in range(4):
+    same, y = f(Tensor([1.0, 1.0]) * i)
+    assert same.tolist() == [1.0, 2.0] and y.tolist() == [i * 1.0, i * 2.0]
+
+def test_a_tinyjit_replay_makes_anew_the_buffers_its_call_made_and_fills_its_data_again():
+  """A tensor of Python data written in place inside the function starts from its data on each replay (it kept the
+  last replay's write); a tensor the function made and assigned is a new output each replay (one buffer was reused,
+  so a kept result changed)."""
+  @tiny.TinyJit
+  def bumped(x):
+    t = Tensor([1.0, 2.0])
+    t += 1
+    return (t + x).realize()
+  assert [bumped(Tensor([0.0, 0.0])).tolist() for _ in range(5)] == [[2.0, 3.0]] * 5
+  c = Tensor([1.0, 2.0]).contiguous().realize()
+  @tiny.TinyJit
+  def written(x):
+    t = -c
+    t.assign(c + x)
+    return t.realize()
+  kept = [written(Tensor([float(i), 0.0])) for i in range(5)]
+  assert [k.tolist() for k in kept] == [[1.0 + i, 2.0] for i in range(5)]
+
 def test_a_raw_kernel_realizes_what_reads_its_buffers_first():  # as an assign does (it read the incremented values)
   a = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
   before = a * 2
@@ -5365,6 +5414,17 @@ def test_to_copies_to_another_device_and_replace_stands_for_another_value():
   u = Tensor([0.0, 0.0, 0.0])
   assert u.replace(t * 2) is u and u.tolist() == [3.0, -4.0, 6.0]
   with pytest.raises(tiny.ShapeError, match="replace"): u.replace(Tensor([1.0]))
+  # writes pending into either run first: a's wasn't shared with b (b's later write changed a too), and the write
+  # into c reached r, which shares c's buffer (it was lost)
+  a, b = Tensor([1.0, 2.0]).contiguous().realize(), Tensor([5.0, 6.0]).contiguous().realize()
+  a.assign(Tensor([3.0, 4.0]))
+  b.replace(a).assign(Tensor([9.0, 9.0]))
+  assert a.tolist() == [3.0, 4.0] and b.tolist() == [9.0, 9.0]
+  c = Tensor([1.0, 2.0, 3.0, 4.0]).contiguous().realize()
+  r = c.reshape(2, 2)
+  c[0] = 9.0
+  c.replace(Tensor([5.0, 6.0, 7.0, 8.0]))
+  assert r.tolist() == [[9.0, 2.0], [3.0, 4.0]] and c.tolist() == [5.0, 6.0, 7.0, 8.0]
 
 def test_a_schedule_runs_through_run_schedule_and_its_outputs_are_kept():
   a, b = realized((5, 7), (5, 7), seed=44)
@@ -5452,7 +5512,7 @@ class _Net:
 def test_state_dict_names_match_tinygrad():
   assert list(tiny.nn.state.get_state_dict(_Net())) == [
     "l1.weight", "l1.bias", "layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias",
-    "layers.1.running_mean", "layers.1.running_var", "layers.1.num_batches_tracked", "conv.weight"]
+    "layers.1.num_batches_tracked", "layers.1.running_mean", "layers.1.running_var", "conv.weight"]
   net = _Net()
   assert all(t.requires_grad for t in [net.l1.weight, net.l1.bias, net.conv.weight, net.layers[1].weight])
   assert not net.layers[1].running_mean.requires_grad and len(tiny.nn.state.get_parameters(net)) == 10
@@ -5519,6 +5579,13 @@ def test_load_state_dict_copies_values_and_names_what_is_wrong():
     tiny.nn.state.load_state_dict(b, {k: v for k, v in state.items() if k != "l1.bias"})
   with pytest.raises(ValueError, match="l1.weight"):
     tiny.nn.state.load_state_dict(b, {**state, "l1.weight": Tensor.zeros(5, 3)})
+  # a 0-d tensor saved as (1,) (an older num_batches_tracked) loads, as tinygrad's; a BatchNorm without running
+  # statistics still counts its batches (tinygrad's state dict)
+  bn = tiny.nn.BatchNorm(3)
+  tiny.nn.state.load_state_dict(bn, {**tiny.nn.state.get_state_dict(bn), "num_batches_tracked": Tensor([7])})
+  assert bn.num_batches_tracked.shape == () and bn.num_batches_tracked.item() == 7
+  assert list(tiny.nn.state.get_state_dict(tiny.nn.BatchNorm(3, track_running_stats=False))) == \
+    ["weight", "bias", "num_batches_tracked"]
 
 def test_safetensors_round_trip_every_dtype(tmp_path):
   tensors = {"f": Tensor([[1.5, -2.0, 3.25]]), "h": Tensor([0.5, 65504.0], dtype=dtypes.half),

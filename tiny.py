@@ -1090,8 +1090,11 @@ class Tensor:
       dtype = own
     uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
     uop.src[0].arg.copyin(memoryview(raw))
-    # data made inside a TinyJit's function is part of its capture: noted, so that a replay checks it is the same
-    if capturing.now is not None: capturing.now.data.append(hash(raw))
+    # data made inside a TinyJit's function is part of its capture: noted, so that a replay checks it is the same, and
+    # fills the buffer it makes again
+    if capturing.now is not None:
+      capturing.now.data.append(hash(raw))
+      capturing.now.filled[uop.src[0].arg] = raw
     return uop
 
   # --- properties
@@ -1134,6 +1137,7 @@ class Tensor:
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.default_float)
     buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
+    if capturing.now is not None: capturing.now.made.add(buf.arg)  # (a replay makes its own)
     return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
   @staticmethod
   @composite
@@ -2063,6 +2067,7 @@ class Tensor:
   def to_(self, device:str) -> Tensor: return self.replace(self.to(device))
   def replace(self, x:Tensor) -> Tensor:  # this tensor now stands for x's value (in place, unlike UOp.replace)
     if x.shape != self.shape: raise ShapeError(f"can't replace a tensor of shape {self.shape} by one of {x.shape}")
+    if writes := [t for t in (self, x) if t.uop.op is Ops.ASSIGN]: Tensor.realize(*writes)  # (as they were ordered)
     self.uop, self.device = x.uop, x.device
     return self
   def cat(self, *others, dim=0) -> Tensor:
@@ -2482,8 +2487,10 @@ class Tensor:
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop): self.uop = self._owned().uop  # one to write into
-    Tensor._realize_readers({self._written().src[0]}, self, x)
-    return self._write(x)
+    sharing = Tensor._realize_readers({self._written().src[0]}, self, x)
+    self._write(x)
+    Tensor._read_writes(sharing)
+    return self
   def _written(self) -> UOp: return self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # its buffer's view
   def _write(self, x:Tensor) -> Tensor:
     """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
@@ -2510,21 +2517,28 @@ class Tensor:
     Tensor._live = live
     return alive
   @staticmethod
-  def _realize_readers(buffers:set[UOp], *skip:Tensor):
+  def _realize_readers(buffers:set[UOp], *skip:Tensor) -> list[Tensor]:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     - one whose graph reads such a buffer: realized now (a view of one: copied first);
-    - one that is such a buffer, whole: left as it is, it holds what is written; unless its node is a skipped
-      tensor's too (two LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then
-      copied, so that each holds its own."""
+    - one that is such a buffer, whole: left as it is, it holds what is written (returned: the tensors sharing the
+      buffers); unless its node is a skipped tensor's too (two LayerNorms' weights, each ones(n): equal graphs are one
+      node, realized into one buffer): then copied, so that each holds its own."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in skip}
-    readers = []
+    readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
       holds_written = _whole_buffer(t.uop) and t.uop.src[0] in buffers  # it will hold what is written
-      if not holds_written or t.uop in skipped_nodes: readers.append(t)
+      (sharing if holds_written and t.uop not in skipped_nodes else readers).append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
+    return sharing
+  @staticmethod
+  def _read_writes(sharing:list[Tensor]):
+    """Each tensor sharing a buffer that has a write pending reads the write: what is built from it after is built
+    from the write, so a realize that holds both runs the write first."""
+    for t in sharing:
+      if (writer := t.uop.src[0].arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
@@ -2546,8 +2560,11 @@ class Tensor:
     plan = planned(key, nodes)
     bufs = plan.run(buffers, device)
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a Slot's view: on this run's buffer
+    writers = []  # the tensors whose writes ran, each with its write's node
     for entry, view in plan.writes.items():
-      bufs[view.src[0].arg.index].pending = None  # (written)
+      buffer = bufs[view.src[0].arg.index]
+      if buffer.pending is not None: writers.append((buffer.pending, nodes[entry]))
+      buffer.pending = None  # (written)
       remember(nodes[entry], bound(view))
     # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
@@ -2558,6 +2575,8 @@ class Tensor:
         held = bound(view)
         if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
         t.uop = remember(t.uop, held)
+    for t, write in writers:  # a writer realized by a reader is its buffer again, which what is built from it views
+      if t.uop is write: t.uop = realized_view(write)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
     if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
@@ -2766,10 +2785,11 @@ class Optimizer:
     # _next, whose temporaries die when it returns: the writes below have no reader left to realize
     written = self.params + self.state
     for t in written: t.buffer()  # each in a buffer of its own, to be written
-    Tensor._realize_readers({t.uop.src[0] for t in written}, *written)
+    sharing = Tensor._realize_readers({t.uop.src[0] for t in written}, *written)
     self._write_state()
     nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
     for t, new in zip(self.params, nexts): t._write(new)
+    Tensor._read_writes(sharing)
     return written
   def _write_state(self): pass  # the state that is the same for every parameter, written before _next reads it
   def _zeros(self) -> list[Tensor]:  # a tensor of zeros in its own buffer per parameter
@@ -2924,10 +2944,10 @@ class BatchNorm:
   def __init__(self, sz:int, eps=1e-5, affine=True, track_running_stats=True, momentum=0.1):
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
     self.weight, self.bias = _affine(sz, affine)
-    if track_running_stats:  # state, not parameters: an optimizer given them leaves them
-      self.running_mean, self.running_var = Tensor.zeros(sz), Tensor.ones(sz)
-      self.num_batches_tracked = Tensor.zeros(dtype=dtypes.long)
-      for t in (self.running_mean, self.running_var, self.num_batches_tracked): t.requires_grad = False
+    # state, not parameters: an optimizer given them leaves them (num_batches_tracked always: tinygrad's state dict)
+    self.num_batches_tracked = Tensor.zeros(dtype=dtypes.long, requires_grad=False)
+    if track_running_stats:
+      self.running_mean, self.running_var = Tensor.zeros(sz, requires_grad=False), Tensor.ones(sz, requires_grad=False)
   def __call__(self, x:Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
     if self.track_running_stats and not Tensor._training(): mean, var = self.running_mean, self.running_var
@@ -2974,9 +2994,12 @@ def load_state_dict(model, state_dict:dict[str, Tensor], strict=True, verbose=Tr
     if name not in state_dict:
       if strict: raise KeyError(f"{name!r} is not in the state dict (it has {', '.join(state_dict) or 'nothing'})")
       continue
-    if state_dict[name].shape != t.shape:
-      raise ShapeError(f"{name!r} is {state_dict[name].shape} in the state dict, but {t.shape} in the model")
-    loaded.append(t.assign((state_dict.pop(name) if consume else state_dict[name]).to(t.device)))
+    value = state_dict[name]
+    if {value.shape, t.shape} == {(), (1,)}: value = value.reshape(t.shape)  # (a 0-d tensor saved as (1,), as tinygrad)
+    if value.shape != t.shape:
+      raise ShapeError(f"{name!r} is {value.shape} in the state dict, but {t.shape} in the model")
+    if consume: del state_dict[name]
+    loaded.append(t.assign(value.to(t.device)))
   if realize and loaded: Tensor.realize(*loaded)
   return loaded
 
@@ -5463,8 +5486,9 @@ class Capture:
   seconds: float = 0.0  # the time its kernels took on the device, each waited for
   data: list[int|Place] = field(default_factory=list)
   computed: set[UOp] = field(default_factory=set)  # the nodes it realized (see realized_view)
-  made: set[Buffer] = field(default_factory=set)  # the buffers its plans made: a replay makes its own (an assign's
-                                                  # target was there before: a replay writes it again)
+  made: set[Buffer] = field(default_factory=set)  # the buffers it made: a replay makes its own (an assign's target
+                                                  # that was there before: a replay writes it again)
+  filled: dict[Buffer, bytes] = field(default_factory=dict)  # those it filled with Python data, and the data
   def fingerprint(self) -> list:  # its data, equal for calls that made the same (rand's places from where each began)
     return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]  # (a tuple: never a data hash)
 
@@ -5502,8 +5526,9 @@ class TinyJit:
   later calls replay those kernels on the new inputs' buffers: no graph, no scheduling, no lowering.
 
   What a replay reads: the given tensors' buffers; the tensors the function reads without being given them (weights),
-  where they were at capture; data the function makes of Python values, as the second call made it (so data that
-  changed between the first two calls raises; rand's is drawn anew each replay, as the call would have). Python
+  where they were at capture, each pending write into them run first; data the function makes of Python values, as
+  the second call made it, filled again each replay (so data that changed between the first two calls raises; rand's
+  is drawn anew each replay, as the call would have). Python
   control flow that depends on tensor values goes as it went on the second call. Each call's outputs (the tensors in
   what it returns, however nested) are new buffers, so a result keeps its values after later calls. What was lazy
   before a capturing call is realized first; writes the function leaves pending are part of its step; a replay
@@ -5535,12 +5560,13 @@ class TinyJit:
     finally:
       call = capturing.now
       capturing.now = outer
-    self.returned.update(t.uop.src[0].arg for t in outs if t.uop.src[0].op is Ops.BUFFER)
+    self.returned.update(b for t in outs if t.uop.src[0].op is Ops.BUFFER and (b := t.uop.src[0].arg) in call.made)
     if outer is not None:  # a jit around this one's
       outer.launches += call.launches
       outer.data += call.data
       outer.computed |= call.computed
       outer.made |= call.made
+      outer.filled |= call.filled
     if key not in self.first: self.first[key] = call.fingerprint()  # the first call: its data noted
     elif call.fingerprint() != self.first[key]:  # the second: its data must be the first's
       raise RuntimeError("a TinyJit function made a tensor of Python data that changed between its first two calls: a "
@@ -5558,6 +5584,7 @@ class Replay:
   new_outputs: list[tuple[str, int, DType]]  # (device, size, dtype) of each output buffer a replay makes
   held: list[Buffer]
   places: list[tuple[int, int]]  # (slot, place in rand's sequence counted from where the call began)
+  filled: list[tuple[int, bytes]]  # (slot, data) of each buffer it makes that the call filled with Python data
   draws: int  # how far the call moved rand's sequence
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: Any
@@ -5591,6 +5618,7 @@ class Replay:
     launches = [(fn, l._replace(slots=[slots[b] for b in bufs])) for fn, l, bufs in call.launches]
     return Replay(new_outputs=[(b.device, b.size, b.dtype) for b in outputs],
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
+                  filled=[(slots[b], call.filled[b]) for b in outputs + own if b in call.filled],
                   draws=Tensor._counter - call.start, launches=launches, native=device_graph(launches),
                   written=(written := sorted({s for _, l in launches for s in l.slots[:l.output_count]})),
                   inputs_written=[s for s in written if s < len(given)],
@@ -5604,7 +5632,10 @@ class Replay:
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
-    # what reads a buffer the replay writes in place is realized first, as the call's assigns realized it
+    for slot, data in self.filled: bufs[slot].copyin(memoryview(data))
+    # a write pending into a buffer it holds (a weight) runs first, as it would before the call's kernels; what reads a
+    # buffer the replay writes in place is realized first, as the call's assigns realized it
+    if pending := [b.pending for b in self.held if b.pending is not None]: Tensor.realize(*pending)
     written = self.held_written | {UOp(Ops.BUFFER, bufs[s].dtype, (), bufs[s]) for s in self.inputs_written}
     if written: Tensor._realize_readers(written)
     with self.turns:  # kernel by kernel where each is seen: timed and listed (DEBUG=2), or captured by an outer jit
