@@ -4881,6 +4881,35 @@ def test_tinygrads_call_forms():
   assert logits.cross_entropy(labels).dtype == logits.log_softmax().nll_loss(labels).dtype == dtypes.half
   assert (Tensor([2, 3]) ** Tensor([0.5, 2.0], dtype=dtypes.half)).dtype == dtypes.half  # as int + half is
 
+def test_tinygrads_keywords_and_numpys_scalars():
+  """tinygrad 0.14's dtype= (softmax's, matmul's, linear's, conv2d's), reverse= of the named binary ops, clone's
+  device, full's buffer= and rand's contiguous= (they raised TypeError); numpy's ints as sizes, dims and indices, and
+  numpy's scalars as operands (one numpy int in a graph failed at its kernel's cache file, and so did later graphs
+  of Python ints equal to it); negative repeats and an einsum output letter no operand has raise (they returned
+  the input, or the whole sum)."""
+  x = Tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+  assert x.softmax(-1, dtype=dtypes.half).dtype == x.log_softmax(dtype=dtypes.half).dtype == dtypes.half
+  assert x.half().matmul(x.half().T, dtype=dtypes.float).dtype == dtypes.float
+  assert x.matmul(Tensor([[1.0, 2.0], [0.0, 1.0]]), reverse=True).tolist() == [[6.0, 9.0, 12.0], [3.0, 4.0, 5.0]]
+  assert x.linear(x.T, dtype=dtypes.half).tolist() == [[5.0, 14.0], [14.0, 50.0]]
+  assert x.reshape(1, 1, 2, 3).conv2d(Tensor.ones(1, 1, 1, 1), dtype=dtypes.half).dtype == dtypes.half
+  assert x[0].sub(1, reverse=True).tolist() == [1.0, 0.0, -1.0] and x[1].div(60, True).tolist() == [20.0, 15.0, 12.0]
+  assert Tensor([1, 2]).lshift(3, reverse=True).tolist() == [6, 12] and x[0].pow(2, reverse=True).tolist()[2] == 4.0
+  assert x.clone(device="PYTHON").device == "PYTHON" and x.clone("CPU").tolist() == x.tolist()
+  assert Tensor.full((2,), 3, buffer=False).tolist() == [3, 3] and Tensor.rand(3, contiguous=False).shape == (3,)
+  np = pytest.importorskip("numpy")
+  i3, i2 = np.int64(3), np.int32(2)
+  t = Tensor.arange(24).reshape(4, 6)
+  lazy = [t.split([i3, np.int64(1)])[0], t.pad(((i2, 1), (0, i3))), t.roll(i2, 1), t[:1].expand(i3, 6), t[i3],
+          Tensor.full((i3, i2), 2), t.permute(np.int64(1), 0), t.repeat(i2, 1), t.cat(t, dim=np.int64(1)),
+          t.chunk(i2)[0], t * np.float32(2), t * i3, t.reshape(i3, 8), Tensor.eye(i3)]
+  for got in lazy: got.realize()
+  assert t[i3].tolist() == list(range(18, 24)) and (t * np.float32(0.5)).tolist()[0][:2] == [0.0, 0.5]
+  assert t.repeat(i2, 1).shape == (8, 6) and t.split([i3, np.int64(1)])[1].tolist() == [list(range(18, 24))]
+  assert t[3:].tolist() == [list(range(18, 24))] and t.reshape(3, 8).tolist()[2][7] == 23  # (Python's ints again)
+  with pytest.raises(ValueError, match="repeats"): x.repeat_interleave(-1)
+  with pytest.raises(RuntimeError, match="k"): Tensor.einsum("ij->k", x)
+
 def test_tinygrads_training_setting_and_nn_keywords(tmp_path):
   """tinygrad 0.14 trains under Context(TRAINING=1) (or TRAINING=1 in the environment): dropout and BatchNorm train
   there too (they ran as in eval). nn.Conv2d takes padding="same"; load_state_dict takes consume= and realize= and
@@ -5097,7 +5126,7 @@ def test_composites_at_their_edges_match_torch_too():
   for zero in (0.0, Real(0.0), -0.0, Real(-0.0)):
     got = Tensor([True, False]).where(zero, 1.0).tolist()[0]
     assert math.copysign(1, got) == math.copysign(1, zero), zero
-  with pytest.raises(IndexError, match="ints"): Tensor([1.0, 2.0]).gather(0, Tensor([0.0]))
+  with pytest.raises(RuntimeError, match="ints"): Tensor([1.0, 2.0]).gather(0, Tensor([0.0]))  # (torch's, tinygrad's)
   with pytest.raises(RuntimeError, match="approximate"): Tensor([1.0]).gelu(approximate="foo")
 
 def test_float_checks_and_closeness():

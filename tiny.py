@@ -933,7 +933,7 @@ def check_shape(shape:tuple) -> tuple[int, ...]:
     raise ShapeError(f"shape {tuple(shape)}: sizes must be ints >= 0")
   if prod(shape) > 2**63 - 1:  # int64's max
     raise ShapeError(f"shape {tuple(shape)} has {prod(shape)} elements: more than an int64 index can count")
-  return tuple(shape)
+  return tuple(map(int, shape))  # (numpy's ints made Python's: equal, they would share nodes and reach the disk cache)
 
 def _flatten(data) -> tuple[list, tuple[int, ...]]:
   if not isinstance(data, (list, tuple)): return [data], ()
@@ -986,7 +986,7 @@ EDGE_PADS = {"reflect": EdgePad(lambda size: size - 1, _reflected),
              "circular": EdgePad(lambda size: size, _circular)}
 
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
-  return (v,) * dims if isinstance(v, int) else tuple(v)
+  return (v,) * dims if isinstance(v, numbers.Integral) else tuple(v)
 
 class Pooling(NamedTuple):
   """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
@@ -1126,7 +1126,8 @@ class Tensor:
   def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   @creates
-  def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+  def full(shape, fill_value, dtype=None, device=None, buffer=True) -> Tensor:  # (buffer, contiguous: tinygrad's
+    # asks to store the values, which the scheduler decides here)
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(fill_value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @creates
@@ -1222,7 +1223,7 @@ class Tensor:
     if capturing.now is not None: capturing.now.data.append(Place(start, buf))
     return t
   @creates
-  def rand(*shape, dtype=None, device=None) -> Tensor:
+  def rand(*shape, dtype=None, device=None, contiguous=True) -> Tensor:
     bits, dtype = Tensor._bits(Tensor._unpack(shape), device), dtypes.of(dtype or dtypes.default_float)
     kept = {dtypes.half: 11, dtypes.bfloat16: 8}.get(dtype, 24)  # a fraction of the bits dtype holds: below 1, exact
     return ((bits >> (32 - kept)).cast(dtypes.float) * (1 / 2**kept)).cast(dtype)
@@ -1290,7 +1291,9 @@ class Tensor:
     """A Python scalar takes this tensor's dtype where it is of the same kind or a lower one (an int with an int
     tensor, any number with a float one), as in numpy 2 and tinygrad. An int that dtype can't hold makes it int64."""
     if isinstance(v, Tensor): return v
-    if not isinstance(v, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
+    if not isinstance(v, (bool, int, float)):
+      if not isinstance(v, numbers.Real): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
+      v = int(v) if isinstance(v, numbers.Integral) else float(v)  # (numpy's scalars)
     same_kind = dtypes.is_float(self.dtype) or isinstance(v, bool) or (isinstance(v, int) and self.dtype != dtypes.bool)
     dtype = self.dtype if same_kind else dtypes.from_py(v)
     dtype = dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype
@@ -1659,7 +1662,7 @@ class Tensor:
     if len(set(dims)) != len(dims): raise ShapeError(f"axis {axis} names a dim twice, for shape {self.shape}")
     return tuple(sorted(dims)) if self.ndim else ()
   def _dim(self, d:int, extra:int=0) -> int:
-    n = self.ndim + extra
+    n, d = self.ndim + extra, operator.index(d)
     if not -max(n, 1) <= d < max(n, 1):
       raise IndexError(f"dimension {d} is out of range for a tensor of shape {self.shape}")
     return d % n if n else 0
@@ -1688,13 +1691,16 @@ class Tensor:
     count = prod(self.shape[i] for i in self._axes(axis))
     return self._float().sum(axis, keepdim) * (1 / count if count else math.nan)
   @composite
-  def softmax(self, axis=-1) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels: detached)
-    e = (self._float() - self.max(axis, keepdim=True).detach()).exp()
+  def softmax(self, axis=-1, dtype=None) -> Tensor:  # (the max keeps exp from overflowing; its gradient cancels)
+    e = self._shifted(axis, dtype).exp()
     return e / e.sum(axis, keepdim=True)
   @composite
-  def log_softmax(self, axis=-1) -> Tensor:
-    m = self._float() - self.max(axis, keepdim=True).detach()
+  def log_softmax(self, axis=-1, dtype=None) -> Tensor:
+    m = self._shifted(axis, dtype)
     return m - m.exp().sum(axis, keepdim=True).log()
+  def _shifted(self, axis, dtype) -> Tensor:  # less its max, detached; in dtype, where one is given (tinygrad's)
+    m = self._float() - self.max(axis, keepdim=True).detach()
+    return m if dtype is None else m.cast(dtype)
   def softmin(self, axis=-1) -> Tensor: return (-self._float()).softmax(axis)
   @composite
   def logsumexp(self, axis=None, keepdim=False) -> Tensor:
@@ -1818,9 +1824,9 @@ class Tensor:
       rest = prod(s for s in shape if s != -1)
       if not rest: raise ShapeError(f"reshape of {self.shape} to {tuple(shape)}: -1 could be any size beside a 0")
       shape[shape.index(-1)] = self.numel() // rest
-    if prod(check_shape(shape)) != self.numel():  # checked first: a size like 2.5 would never fold into strides
-      raise ShapeError(f"can't reshape a tensor of shape {self.shape} to {tuple(shape)}")
-    return self._reshape(tuple(shape))
+    shape = check_shape(shape)  # checked first: a size like 2.5 would never fold into strides
+    if prod(shape) != self.numel(): raise ShapeError(f"can't reshape a tensor of shape {self.shape} to {shape}")
+    return self._reshape(shape)
   def _reshape(self, shape:tuple[int, ...]) -> Tensor:  # to a shape of as many elements
     return self if shape == self.shape else self._view(("reshape", shape))
   def permute(self, *order) -> Tensor:
@@ -1847,6 +1853,7 @@ class Tensor:
     if len(padding) != self.ndim: raise ShapeError(f"padding {padding} doesn't match shape {self.shape}")
     if not all(len(p) == 2 and all(isinstance(a, numbers.Integral) for a in p) for p in padding):
       raise ShapeError(f"padding {padding}: each dim takes a (before, after) pair of ints")
+    padding = tuple((int(b), int(a)) for b, a in padding)
     if mode != "constant":
       if mode not in EDGE_PADS:  # (tinygrad's error type)
         raise NotImplementedError(f"pad mode {mode!r} is not one of constant, {', '.join(EDGE_PADS)}")
@@ -1876,7 +1883,8 @@ class Tensor:
     arg = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
     if any(not 0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)):
       raise ShapeError(f"shrink {arg} is out of bounds for shape {self.shape}")
-    check_shape(tuple(e - b for b, e in arg))
+    check_shape(tuple(e - b for b, e in arg))  # (so each is an int: their differences are)
+    arg = tuple((int(b), int(e)) for b, e in arg)
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view(("shrink", arg))
   def _along(self, d:int, lo:int, hi:int) -> Tensor:  # elements lo to hi-1 of dim d
     return self.shrink(tuple((lo, hi) if i == d else None for i in range(self.ndim)))
@@ -1911,7 +1919,8 @@ class Tensor:
     """numpy's indexing: ints, slices, None and ... are views; int tensors (or lists) pick elements (see _pick), and a
     bool tensor picks those where it is True (the int tensors of its True places, read back to the host: the result's
     shape depends on the data)."""
-    idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else i
+    idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else
+           int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i  # (numpy's ints too)
            for i in (idx if isinstance(idx, tuple) else (idx,))]
     ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
     if len(ellipses) > 1: raise IndexError("an index can have only a single ellipsis")
@@ -1999,7 +2008,7 @@ class Tensor:
     return [span(i, n) for i, n in zip(idx, self.shape)]
   def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
-    if not dtypes.is_int(index.dtype): raise IndexError(f"{op}'s index must be of ints, not {index.dtype.name}")
+    if not dtypes.is_int(index.dtype): raise DTypeError(f"{op}'s index must be of ints, not {index.dtype.name}")
     if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
       raise ShapeError(f"{op}'s index of shape {index.shape} doesn't fit shape {self.shape} off dim {d}")
     return d
@@ -2097,7 +2106,7 @@ class Tensor:
   def split(self, sizes, dim=0) -> tuple[Tensor, ...]:  # pieces of sizes[i] along dim
     d = self._dim(dim)
     n = self.shape[d]
-    if isinstance(sizes, int):  # pieces of that size, the last what is left (of a dim of 0: one empty piece)
+    if isinstance(sizes, numbers.Integral):  # pieces of that size, the last what is left (a dim of 0: one empty piece)
       sizes = [min(sizes, n - i) for i in range(0, n, max(sizes, 1))] or [0]
     if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} don't add up to {n}, dim {d}'s size")
     return tuple(self._along(d, e - s, e) for s, e in zip(sizes, itertools.accumulate(sizes)))
@@ -2112,6 +2121,7 @@ class Tensor:
     x = self.reshape([v for s in shape for v in (1, s)]).expand([v for r, s in zip(repeats, shape) for v in (r, s)])
     return x.reshape([r * s for r, s in zip(repeats, shape)])
   def repeat_interleave(self, repeats:int, dim=None) -> Tensor:  # each element repeats times in a row
+    if repeats < 0: raise ValueError(f"repeat_interleave needs repeats >= 0, got {repeats}")
     x, d = (self.flatten(), 0) if dim is None else (self, self._dim(dim))
     return x.unsqueeze(d + 1).expand(*x.shape[:d+1], repeats, *x.shape[d+1:]).flatten(d, d + 1)
   def roll(self, shifts, dims=None) -> Tensor:
@@ -2150,7 +2160,9 @@ class Tensor:
     return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
   def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
     return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
-  def clone(self) -> Tensor: return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def clone(self, device:str|None=None) -> Tensor:  # a copy (on device, where one is given)
+    if device is not None and Device.canonical(device) != self.device: return self.to(device)
+    return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   # its value in a buffer of its own: hash-consing makes equal graphs one node, realized into one buffer, and a tensor
   # that is written or trained needs a buffer no other tensor shares
   def _owned(self) -> Tensor:
@@ -2159,8 +2171,8 @@ class Tensor:
 
   # --- composites
   @composite
-  def dot(self, w:Tensor) -> Tensor:
-    """matmul is reshape + expand + multiply + sum over the shared axis: no special kernel."""
+  def dot(self, w:Tensor, dtype=None) -> Tensor:
+    """matmul is reshape + expand + multiply + sum over the shared axis: no special kernel. dtype: the result's."""
     w = self._const(w)
     n1, n2 = self.ndim, w.ndim
     if n1 == 0 or n2 == 0: raise ShapeError(f"matmul needs tensors of at least 1 dim, got {self.shape} and {w.shape}")
@@ -2172,12 +2184,14 @@ class Tensor:
     w = w.reshape(w.shape[:-2] + gap + w.shape[shared:]).transpose(-1, shared)  # a matrix w: (..., 1, N, K)
     # an int matmul keeps its dtype, as numpy's and torch's (sum: int64); 16-bit floats multiply exactly in float32
     # and add up there, as torch's and a tensor core's
-    dtype = dtypes.promote(x.dtype, w.dtype)
-    return (x.float() * w.float() if dtype in dtypes.narrow else x * w).sum(-1).cast(dtype)
-  __matmul__ = matmul = dot
+    promoted = dtypes.promote(x.dtype, w.dtype)
+    return (x.float() * w.float() if promoted in dtypes.narrow else x * w).sum(-1).cast(dtype or promoted)
+  __matmul__ = dot
+  def matmul(self, x:Tensor, reverse=False, dtype=None) -> Tensor:
+    return self._const(x).dot(self, dtype) if reverse else self.dot(x, dtype)
   @composite
-  def linear(self, weight:Tensor, bias:Tensor|None=None) -> Tensor:
-    x = self * weight if weight.ndim == 1 else self.dot(weight)
+  def linear(self, weight:Tensor, bias:Tensor|None=None, dtype=None) -> Tensor:
+    x = self * weight if weight.ndim == 1 else self.dot(weight, dtype)
     return x if bias is None else x + bias
   @composite
   def layernorm(self, axis=-1, eps:float=1e-5) -> Tensor:  # each row to mean 0 and variance 1
@@ -2218,7 +2232,8 @@ class Tensor:
     padding = per_dim(padding, dims)  # for each, or torch's flat pairs
     return [(p, p) for p in padding] if len(padding) == dims else flat_pairs(padding, dims)
   @composite
-  def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0) -> Tensor:
+  def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0,
+             dtype=None) -> Tensor:
     """(N, C, *size) with weight (O, C/groups, *kernel) -> (N, O, *out), for any number of spatial dims as tinygrad's:
     the input padded, its windows (_pool) stored as rows, one for each channel and kernel position, over the output
     positions (im2col, the output's last dim innermost: read and written as vectors), then a matmul with the weights
@@ -2232,7 +2247,7 @@ class Tensor:
     # (C, *kernel) by (N, *out): a matmul with the weights
     windows = cols.permute(1, *range(2 + dims, 2 + 2 * dims), 0, *range(2, 2 + dims)).contiguous()
     per_output = c // groups * prod(kernel)
-    y = weight.reshape(groups, o // groups, per_output) @ windows.reshape(groups, per_output, n * prod(out))
+    y = weight.reshape(groups, o // groups, per_output).dot(windows.reshape(groups, per_output, n * prod(out)), dtype)
     y = y.reshape(o, n, *out).permute(1, 0, *range(2, 2 + dims))
     return y if bias is None else y + bias.reshape(1, o, *(1,) * dims)
   def conv_transpose2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0,
@@ -2348,6 +2363,8 @@ class Tensor:
     once = sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ellipsis)
     if not arrow: out = ellipsis + "".join(once)  # no output given: the letters named once, sorted, as numpy's
     out = out.replace("...", ellipsis)
+    if missing := [c for c in out if c not in joined]:
+      raise ShapeError(f"einsum {formula!r}: the output's {', '.join(missing)} names no operand's dim")
     letters = out + "".join(dict.fromkeys(c for c in joined if c not in out))
     for k, (t, n) in enumerate(zip(ts, names)):
       if len(n) != t.ndim: raise ShapeError(f"einsum operand {n!r} doesn't name each of the dims of shape {t.shape}")
@@ -2604,6 +2621,14 @@ for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift
   setattr(Tensor, f"__r{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): f(self._const(x), self))
   setattr(Tensor, f"__i{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): self.assign(f(self, x)))
 del _op
+def _reversible(f:Callable) -> Callable:  # tinygrad's named binary ops: reverse=True is x op self
+  @functools.wraps(f)
+  def op(self, x, reverse=False, *args, **kwargs):
+    return f(self._const(x), self, *args, **kwargs) if reverse else f(self, x, *args, **kwargs)
+  return op
+for _name in "add sub mul div pow mod bitwise_and bitwise_or bitwise_xor lshift rshift".split():
+  setattr(Tensor, _name, _reversible(getattr(Tensor, _name)))
+del _name
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Gradients: a table of derivative rules, one per primitive, and one walk that applies them from the loss back. Each
@@ -3042,7 +3067,7 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
       dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], check_shape(tuple(info["shape"]))
       start, end = info["data_offsets"]
     except (TypeError, ValueError): raise malformed from None  # (a ShapeError is a ValueError)
-    if any(type(n) is not int for n in (*shape, start, end)): raise malformed  # (JSON's true is no size)
+    if any(type(n) is not int for n in (*info["shape"], start, end)): raise malformed  # (JSON's true is no size)
     if not 0 <= start <= end <= len(data) or end - start != prod(shape) * dtype.itemsize:
       raise ValueError(f"{path}: {name!r} at bytes {start} to {end} of {len(data)}: not its {shape} {dtype.name}s")
     out[name] = Tensor.empty(*shape, dtype=dtype, device=device)
