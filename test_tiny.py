@@ -4268,6 +4268,30 @@ def test_argmax_and_cummax_point_at_a_max_however_a_compiler_fuses_their_input(s
     values = x.sort(axis)[0]  # the values themselves, each placed once
     assert (values.T if axis == 0 else values).tolist() == [sorted(row) for row in rows]
 
+@pytest.mark.parametrize("shape", [(3, 3), (5, 7), (4, 3)])
+def test_a_row_program_whose_outputs_dont_all_read_the_row_back(shape):
+  """A softmax's tril: reread stores the row's exps into the output in the sum's loop, and the outputs above the
+  diagonal (zeros) read none of it back. Those zeros were written before the loop's stores, or the outputs read back
+  before the stores where the sum's loop was unrolled away (and the gradient of a triu's logsumexp came out so)."""
+  r, c = shape
+  a = rand_list(shape, 61)
+  def softmax(row): return [math.exp(v - max(row)) / math.fsum(math.exp(w - max(row)) for w in row) for v in row]
+  want = [[p if j <= i else 0.0 for j, p in enumerate(softmax(row))] for i, row in enumerate(a)]
+  assert_close(flat(Tensor(a).softmax(-1).tril().tolist()), flat(want))
+  x = Tensor(a, requires_grad=True)
+  x.triu(-1).logsumexp(-1).sum().backward()  # d/dx: the softmax of each row's kept values, where kept
+  kept = [[v if j >= i - 1 else 0.0 for j, v in enumerate(row)] for i, row in enumerate(a)]
+  grad = [[p if j >= i - 1 else 0.0 for j, p in enumerate(softmax(row))] for i, row in enumerate(kept)]
+  assert_close(flat(x.grad.tolist()), flat(grad))
+
+def test_a_sum_over_a_cumsum_unrolled_with_it():
+  """Both reduces unrolled: the cumsum's loop (a group of its own) was made after the sum's, whose body read it, so
+  linearize met a loop with no end (KeyError); the gradient of pad -> cumsum -> relu -> sum hit it too."""
+  m = (Tensor([1.0]).pad((2, 0)).cumsum(0) > 0).where(1.0, 0.0)  # [0, 0, 1]
+  assert Tensor.ones(3, 3, dtype=dtypes.bool).tril().where(m.unsqueeze(-1), 0.0).sum(0)[2:].tolist() == [1.0]
+  z = Tensor([1.0], requires_grad=True)
+  assert z.pad((2, 0)).cumsum(0).relu().sum().gradient(z)[0].tolist() == [1.0]
+
 def test_a_max_reduce_gets_its_gradient_however_a_compiler_fuses_its_input():
   """x*-1.5 - y is one fused multiply-add in one kernel and two roundings in another, as a C compiler chooses: the
   max's gradient compares stored values with their max, or the elements equal to the max could get none of it."""

@@ -4495,9 +4495,14 @@ def to_accumulators(sink:UOp) -> UOp:
   output loops its value depends on, so it starts again for each of their elements: a row's max, read by every
   column of the row, is computed once a row."""
   free, done, numbers = free_ranges(sink), {}, itertools.count()
-  groups: dict[tuple, list[UOp]] = defaultdict(list)
+  # groups in the order of their last reduce (toposort's), so that a reduce another group's body reads has its loop
+  # made first, even where its group holds a reduce made before (a cumsum's, inside a sum's unrolled loop)
+  groups: OrderedDict[tuple, list[UOp]] = OrderedDict()
   for u in sink.toposort:
-    if u.op is Ops.REDUCE: groups[tuple(sorted(u.src[1:], key=lambda r: r.arg.id))].append(u)
+    if u.op is Ops.REDUCE:
+      rs = tuple(sorted(u.src[1:], key=lambda r: r.arg.id))
+      groups.setdefault(rs, []).append(u)
+      groups.move_to_end(rs)
   # a store that varies with a reduce's ranges moves into its loop (see reread)
   in_loop = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}
   sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in in_loop.values())))
@@ -4518,19 +4523,27 @@ def to_accumulators(sink:UOp) -> UOp:
   return substitute(sink, done)
 
 def after_stores(sink:UOp) -> UOp:
-  """Each load of a buffer the kernel stores into (see reread) reads a BARRIER(buffer, what it waits for), so that
-  linearize places it after the stores:
-  - stores in a reduce's loop: that loop (its outermost END, which toposort meets after the ENDs inside it);
-  - a store outside loops: the store, unless its own value loads the buffer (that load can't wait for its store)."""
-  written_by: dict[UOp, UOp] = {}  # a buffer -> what a load of it waits for
+  """A buffer the kernel both stores into and loads (see reread) is written in the order the kernel's stores were
+  made, each load after them: a load reads a BARRIER(buffer, what it waits for), a store writes through one, so that
+  linearize places it after. What writes a buffer, in order: each reduce's loop that stores into it (its outermost
+  END, which toposort meets after the ENDs inside it), then each store outside loops, unless its value loads the
+  buffer (that load can't wait for its store). Each waits for the one before it (a zero of a softmax's tril, which
+  reads nothing back, for the row's values reread's loop stored there), and a load for the last."""
+  loaded = {x.memory for x in sink.toposort if x.op is Ops.LOAD}
+  writers: dict[UOp, list[UOp]] = defaultdict(list)  # a buffer -> what writes it, in order
   for end in (u for u in sink.toposort if u.op is Ops.END):
-    written_by |= {st.buf: end for st in end.src[1:] if st.op is Ops.STORE}
-    written_by |= {buf: end for buf, waits in written_by.items() if waits in end.src}  # the loop around
+    for buf in {st.buf for st in end.src[1:] if st.op is Ops.STORE} & loaded: writers[buf].append(end)
+    for buf, ws in writers.items(): ws[:] = [end if w in end.src else w for w in ws]  # (the loop around)
   def reads_itself(st:UOp) -> bool: return any(x.op is Ops.LOAD and x.buf is st.buf for x in st.value.toposort)
-  written_by |= {st.buf: st for st in sink.src
-                 if st.op is Ops.STORE and st.buf not in written_by and not reads_itself(st)}
-  return substitute(sink, {x: x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, written_by[x.buf])),) + x.src[1:])
-                           for x in sink.toposort if x.op is Ops.LOAD and x.buf in written_by})
+  for st in sink.src:
+    if st.op is Ops.STORE and st.buf in loaded and not reads_itself(st): writers[st.buf].append(st)
+  def after(x:UOp, waits:UOp) -> UOp: return x.replace(src=(UOp(Ops.BARRIER, x.buf.dtype, (x.buf, waits)),) + x.src[1:])
+  ordered, last = {}, {}  # a store -> it, after the writer before it; a buffer -> its last writer
+  for buf, ws in writers.items():
+    last[buf] = ws[0]
+    for w in ws[1:]: last[buf] = ordered[w] = after(w, last[buf]) if w.op is Ops.STORE else w
+  return substitute(sink, ordered | {x: after(x, last[x.buf]) for x in sink.toposort
+                                     if x.op is Ops.LOAD and x.buf in last})
 
 # bfloat16 is a storage type: each op on it runs in float32 and rounds back, as torch computes it. On every device:
 # C has no bfloat16 arithmetic, and a GPU's scalar bfloat16 math is no faster than its float32.
