@@ -53,7 +53,8 @@ def setting(key:str, value:str, least:int) -> int:
 class Context(contextlib.ContextDecorator):
   """tinygrad's: settings for a block, or a function it decorates, as if set in the environment (Context(DEBUG=2)).
   Each is read where it is used (DEBUG, NOOPT, BEAM), so it holds inside the block; THREADS and DEVICE: read once."""
-  def __init__(self, **settings): self.settings = {k: str(v) for k, v in settings.items()}
+  def __init__(self, **settings):  # (True and False as 1 and 0, as tinygrad's)
+    self.settings = {k: str(int(v) if isinstance(v, bool) else v) for k, v in settings.items()}
   def __enter__(self):
     self.before = {k: os.environ.get(k) for k in self.settings}
     os.environ.update(self.settings)
@@ -81,6 +82,8 @@ class DType:
   count: int = 1
   @functools.cache
   def vec(self, n:int) -> DType: return replace(self, itemsize=self.itemsize*n, name=f"{self.name}{n}", count=n)
+  def __reduce__(self):  # a copy (pickle, deepcopy) is the one object
+    return (getattr, (dtypes, self.name)) if self.count == 1 else (DType.vec, (self.scalar, self.count))
   @property
   def scalar(self) -> DType: return self if self.count == 1 else dtypes.by_fmt[self.fmt]
   @property
@@ -1059,7 +1062,8 @@ class Tensor:
     dtype = None if dtype is None else dtypes.of(dtype)
     self.device = Device.canonical(device)
     if isinstance(data, UOp): self.uop = data
-    elif isinstance(data, (bool, int, float)):
+    elif isinstance(data, (bool, int, float)) or data is None:  # (None: a 0, as tinygrad's)
+      data = 0.0 if data is None else data
       dtype = dtype or dtypes.from_py(data)
       self.uop = UOp.const(dtype, _checked(dtype, data))
     else: self.uop = self._copied_in(data, dtype)
@@ -1229,6 +1233,7 @@ class Tensor:
     return ((bits >> (32 - kept)).cast(dtypes.float) * (1 / 2**kept)).cast(dtype)
   @creates
   def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None) -> Tensor:
+    if not low < high: raise ValueError(f"uniform needs low < high, got {low} and {high}")
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.default_float)
   @creates
   def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
@@ -1303,7 +1308,7 @@ class Tensor:
     ts = [self, *map(self._const, others)]
     if len({(t.uop.shape, t.uop.dtype, t.device) for t in ts}) == 1: return ts  # (the common case, checked at once)
     if any(t.device != self.device for t in ts):
-      raise ValueError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")
+      raise RuntimeError(f"can't combine tensors on {' and '.join(t.device for t in ts)}")  # (tinygrad's error)
     shape = broadcast_shape(*[t.shape for t in ts])
     if promote:
       dtype = dtypes.promote(*[t.dtype for t in ts])
@@ -1527,8 +1532,12 @@ class Tensor:
   def trunc(self) -> Tensor:  # a float past its fraction's bits is an integer already (and may not fit an int)
     if not dtypes.is_float(self.dtype): return self
     bits, whole = (52, dtypes.int64) if self.dtype == dtypes.double else (23, dtypes.int32)
-    return (self.abs() < 2 ** bits).where(self.cast(whole).cast(self.dtype)._signed_zero(self), self)
-  def _signed_zero(self, x:Tensor) -> Tensor: return (self == 0).where(x * 0, self)  # a 0 takes x's sign, as C's
+    x = self.detach()
+    out = (x.abs() < 2 ** bits).where(x.cast(whole).cast(x.dtype)._signed_zero(x), x)
+    # its gradient is 0, as torch's: through this select, exactly (a multiply by 0 would make an infinite one nan)
+    return (self != self).where(self, out)
+  def _signed_zero(self, x:Tensor) -> Tensor:  # a 0 takes x's sign, as C's (a sign: no gradient flows to x)
+    return (self == 0).where(x.detach() * 0, self)
   def floor(self) -> Tensor:  # trunc, one lower where that rounded up
     if not dtypes.is_float(self.dtype): return self
     t = self.trunc()
@@ -1919,6 +1928,8 @@ class Tensor:
     """numpy's indexing: ints, slices, None and ... are views; int tensors (or lists) pick elements (see _pick), and a
     bool tensor picks those where it is True (the int tensors of its True places, read back to the host: the result's
     shape depends on the data)."""
+    if isinstance(idx, list) and any(isinstance(i, (slice, Tensor)) or i is None or i is Ellipsis for i in idx):
+      idx = tuple(idx)  # (a list of slices or tensors is a tuple of them, as numpy's old rule and torch's)
     idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else
            int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i  # (numpy's ints too)
            for i in (idx if isinstance(idx, tuple) else (idx,))]
@@ -1965,7 +1976,9 @@ class Tensor:
     with every position along its dim, and the one it equals picks the element: an index out of range picks none: 0."""
     for i in idxs:
       if not dtypes.is_int(i.dtype): raise IndexError(f"a tensor index must be of ints or bools, not {i.dtype.name}")
-    shape, rest = broadcast_shape(*[i.shape for i in idxs]), [d for d in range(self.ndim) if d not in dims]
+    try: shape = broadcast_shape(*[i.shape for i in idxs])
+    except ShapeError as e: raise IndexError(f"index tensors: {e}") from None  # (numpy's and torch's error)
+    rest = [d for d in range(self.ndim) if d not in dims]
     sizes, ones_for_rest = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))
     # every operand is laid out over (*rest, *shape, *sizes), with a 1 where it doesn't vary
     x = self.permute(*rest, *dims).reshape(*[self.shape[d] for d in rest], *(1,) * len(shape), *sizes)
@@ -1994,6 +2007,7 @@ class Tensor:
       places = Tensor.arange(self.numel(), device=self.device).reshape(self.shape)[idx].flatten()
       new = self.flatten().scatter(0, places, v.flatten()).reshape(self.shape)
     self.assign(new)
+  def __delitem__(self, idx): raise TypeError("a tensor's elements can't be deleted")  # (not an AttributeError)
   def _box(self, idx) -> list[tuple[int, int]]|None:  # the block an index of ints and slices of step 1 picks, or None
     idx = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
     if not all(i is Ellipsis or (isinstance(i, int) and not isinstance(i, bool))
@@ -2155,6 +2169,7 @@ class Tensor:
     return self.unsqueeze(-1).pad((0, n)).flatten()[:n * n].reshape(n, n)  # each value, then n zeros: n + 1 apart
   def pad_to(self, *shape, value=0.0) -> Tensor:  # padded after, to shape (None: as it is)
     shape = Tensor._unpack(shape)
+    if len(shape) != self.ndim: raise ShapeError(f"pad_to {shape} doesn't match shape {self.shape}")
     return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
   def shrink_to(self, *shape) -> Tensor:
     return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
@@ -2451,7 +2466,7 @@ class Tensor:
   @requires_grad.setter
   def requires_grad(self, value:bool|None):
     if value and not dtypes.is_float(self.dtype):
-      raise TypeError(f"only float tensors can require gradients, not {self.dtype.name}")
+      raise DTypeError(f"only float tensors can require gradients, not {self.dtype.name}")
     self._requires_grad = value
     if value:
       make_trainable(self)
@@ -2463,7 +2478,7 @@ class Tensor:
     back) raises, naming the op that stopped it, unless materialize_grads: zeros."""
     for t in targets:
       if not dtypes.is_float(t.dtype):
-        raise TypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
+        raise DTypeError(f"can't take a gradient with respect to a tensor of {t.dtype.name}")
     nodes = [_grad_node(t.uop) for t in targets]
     grads, stops = gradients(self, self._start(gradient), nodes)
     for t, node in zip(targets, nodes):
@@ -2480,7 +2495,7 @@ class Tensor:
       if (g := grads.get(_grad_node(t.uop))) is not None: t.grad = g if t.grad is None else t.grad + g
     return self
   def _start(self, gradient:Tensor|None) -> Tensor:  # the gradient of this tensor a walk starts from
-    if not dtypes.is_float(self.dtype): raise TypeError(f"can't differentiate a tensor of {self.dtype.name}")
+    if not dtypes.is_float(self.dtype): raise DTypeError(f"can't differentiate a tensor of {self.dtype.name}")
     if gradient is None and self.numel() != 1:
       raise ShapeError(f"backward of a tensor of shape {self.shape} needs a scalar, or gradient= of its shape")
     if gradient is not None and gradient.shape != self.shape:
@@ -2608,11 +2623,18 @@ class Tensor:
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.reshape(()).tolist()
   def data(self) -> memoryview: return memoryview(self._host()).cast(self.dtype.fmt, self.shape)
-  def numpy(self):
+  def __reduce__(self):  # pickled (pickle, copy.deepcopy) as its values
+    return Tensor._unpickled, (self.tolist(), self.shape, self.dtype, self.device, self.requires_grad)
+  @staticmethod
+  def _unpickled(values, shape, dtype, device, requires_grad) -> Tensor:  # (an empty one's list lacks its shape)
+    if not prod(shape): return Tensor.empty(*shape, dtype=dtype, device=device)
+    return Tensor(values, dtype, device, requires_grad)
+  def numpy(self):  # (a bfloat16 tensor's as float32: numpy has no bfloat16, as tinygrad's)
+    if self.dtype == dtypes.bfloat16: return self.float().numpy()
     import numpy as np
     return np.frombuffer(self._host(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
   def _host(self) -> bytes:  # its memory, for a view the buffer protocol reads
-    if self.dtype == dtypes.bfloat16:  # (as torch's numpy() refuses it)
+    if self.dtype == dtypes.bfloat16:
       raise TypeError("a bfloat16 tensor has no buffer-protocol or numpy type: convert it first, e.g. .float()")
     return self.buffer().copyout()
 
@@ -2653,6 +2675,7 @@ derivatives: dict[Ops, Callable] = {
   Ops.WHERE: lambda g, y, c, a, b: (None, c.where(g, 0), c.where(0, g)),  # to the branch taken
   Ops.CAST: lambda g, y, x: (g.cast(x.dtype),),
   Ops.CONTIGUOUS: lambda g, y, x: (g,),
+  Ops.ASSIGN: lambda g, y, value: (g,),                                 # to the value written (see _grad_sources)
   Ops.POW: lambda g, y, b, e, value: (g * (e == 0).where(0, e * b.pow(e - 1)),        # (b^e)' = e b^(e-1), and
                                       g * ((b == 0) & (e >= 0)).where(0, y * b.log()),  # d/de = b^e ln b, as torch's
                                       None),
@@ -2703,7 +2726,9 @@ def computed_from(u:UOp) -> UOp|None:
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
-  if u.op is Ops.ASSIGN: return ()  # (its value is written as it is: no gradient flows into a write)
+  # a write pending: to the value written (what its buffer held is gone), as torch's in-place ops; a write done is
+  # its buffer, a leaf, as any realized assign is (see Tensor._realized)
+  if u.op is Ops.ASSIGN: return (u.src[1],)
   if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None:
     if last_write(found.graph) > found.when:
       raise RuntimeError("a gradient runs through a result realized from tensors written since (an assign, an "
@@ -3692,7 +3717,10 @@ def _value(u:UOp, idxs:tuple[UOp, ...], valid:UOp|None, srcs:list[tuple], vals:l
 
 def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
   """A sum over ranges r of (r == e ? x : 0), where e doesn't vary with them, is x at r = e, where 0 <= e < r's size:
-  one load of x, not a pass over all of it. An index picks elements so (x[idx], gather, nn.Embedding: see _pick)."""
+  one load of x, not a pass over all of it. An index picks elements so (x[idx], gather, nn.Embedding: see _pick).
+  Under a cast too: a small int's sum adds in a wider one."""
+  if op is Ops.ADD and v.op is Ops.CAST and (inner := picked(v.src[0], reduced, op)) is not None:
+    return inner.cast(v.dtype)
   if op is not Ops.ADD or v.op is not Ops.WHERE or v.src[2].op is not Ops.CONST or v.src[2].arg != 0: return None
   at: dict[UOp, UOp] = {}
   def pins(t:UOp) -> tuple[UOp, UOp]|None:  # a condition r == e (or e == r) for a reduced range r not pinned yet
@@ -5330,7 +5358,7 @@ class _Device:
     self.opened: dict[str, Compiled] = {}
     self.lock = threading.Lock()
   def canonical(self, name:str|None) -> str:
-    name = (name or self.DEFAULT).upper()
+    name = (name or self.DEFAULT).upper().removesuffix(":0")  # (a device's first, and only, unit)
     if name not in self.kinds: raise ValueError(f"unknown device {name!r}; tiny has {', '.join(self.kinds)}")
     return name
   def target(self, name:str) -> Target:
@@ -5576,6 +5604,8 @@ class TinyJit:
     self.fn, self.first, self.replays = fn, Bounded(), Bounded()  # first: what each signature's first call made of data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
     functools.update_wrapper(self, fn)
+  def __get__(self, obj, objtype=None):  # on a method: bound to its object, as a function is
+    return self if obj is None else functools.partial(self.__call__, obj)
   def __call__(self, *args, **kwargs):
     given: list[Buffer] = []  # the tensors' buffers, each once
     key = (tuple(kwargs), *[signature(x, given) for x in (*args, *kwargs.values())])
