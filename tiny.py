@@ -2559,7 +2559,7 @@ class Tensor:
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      holds_written = _whole_buffer(t.uop) and t.uop.src[0] in buffers  # it will hold what is written
+      holds_written = _whole_view_of(t.uop) in buffers  # it will hold what is written
       (sharing if holds_written and t.uop not in skipped_nodes else readers).append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
@@ -2570,7 +2570,7 @@ class Tensor:
     """Each tensor sharing a buffer that has a write pending reads the write: what is built from it after is built
     from the write, so a realize that holds both runs the write first."""
     for t in sharing:
-      if (writer := t.uop.src[0].arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
+      if (writer := _whole_view_of(t.uop).arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
@@ -2592,11 +2592,8 @@ class Tensor:
     plan = planned(key, nodes)
     bufs = plan.run(buffers, device)
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a Slot's view: on this run's buffer
-    writers = []  # the tensors whose writes ran, each with its write's node
     for entry, view in plan.writes.items():
-      buffer = bufs[view.src[0].arg.index]
-      if buffer.pending is not None: writers.append((buffer.pending, nodes[entry]))
-      buffer.pending = None  # (written)
+      bufs[view.src[0].arg.index].pending = None  # (written)
       remember(nodes[entry], bound(view))
     # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
@@ -2607,8 +2604,6 @@ class Tensor:
         held = bound(view)
         if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
         t.uop = remember(t.uop, held)
-    for t, write in writers:  # a writer realized by a reader is its buffer again, which what is built from it views
-      if t.uop is write: t.uop = realized_view(write)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed."""
     if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
@@ -3282,6 +3277,9 @@ def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was re
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
+def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a view of it, or of a write into it
+  if u.op is Ops.VIEW and u.src[0].op is Ops.ASSIGN and u.arg.is_contiguous: u = u.src[0].src[0]
+  return u.src[0] if _whole_buffer(u) else None
 def _expands(st:ShapeTracker) -> bool:
   return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
