@@ -4005,6 +4005,30 @@ def test_a_tensor_sharing_a_buffer_reads_a_write_pending_into_it_eagerly_and_und
     f = tiny.TinyJit(lambda: step(w)) if jit else (lambda: step(w))
     for i in range(4): assert f().tolist() == [v * 2 ** (i + 1) for v in (1.0, 2.0, 3.0, 4.0)]
 
+def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
+  """t[:3].assign(x), t[1][2] = 5, t.T[1, 0] = 5, t[::-1][0] = 5: written where the view reads, as torch's and
+  tinygrad's (the view wrote a copy of its own, and t stayed as it was); the view, and a tensor sharing the whole
+  buffer, read the write. A view that expands (a row read twice) still writes a copy."""
+  t = Tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).contiguous().realize()
+  whole = t.reshape(2, 3)
+  v = t[:3]
+  v += 1
+  assert v.tolist() == [1.0, 2.0, 3.0] and t.tolist() == [1.0, 2.0, 3.0, 3.0, 4.0, 5.0]
+  t[1:4][0] = 7.0
+  assert t.tolist() == [1.0, 7.0, 3.0, 3.0, 4.0, 5.0] and whole.tolist() == [[1.0, 7.0, 3.0], [3.0, 4.0, 5.0]]
+  n = Tensor.zeros(3, 4).contiguous().realize()
+  n[1][2] = 5.0
+  n.T[3, 0] = 6.0
+  n[::-1][0, 1] = 7.0
+  n[0][Tensor([0, 2])] = 8.0
+  assert n.tolist() == [[8.0, 0.0, 8.0, 6.0], [0.0, 0.0, 5.0, 0.0], [0.0, 7.0, 0.0, 0.0]]
+  y = (Tensor([1.0, 2.0, 3.0]) * 2).realize()
+  y[0] = 5.0  # (a computed result's buffer, as a tensor's)
+  assert y.tolist() == [5.0, 4.0, 6.0]
+  row = n[:1].expand(2, 4)
+  row.assign(Tensor.ones(2, 4))
+  assert row.tolist() == [[1.0] * 4] * 2 and n.tolist()[0] == [8.0, 0.0, 8.0, 6.0]
+
 def test_a_tinyjit_replay_runs_a_write_pending_into_a_weight_first():  # (a learning rate set between steps: ignored)
   w = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
   @tiny.TinyJit
