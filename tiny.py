@@ -2519,35 +2519,35 @@ class Tensor:
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop):
-      if (whole := self._whole()) is not None: return self._write_through(whole, x)
+      if (base := self._base()) is not None: return self._write_through(base, x)
       self.uop = self._owned().uop  # one to write into
     sharing = Tensor._realize_readers({self._written().src[0]}, self, x)
     self._write(x)
     Tensor._read_writes(sharing)
     return self
   def _written(self) -> UOp: return self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # its buffer's view
-  def _whole(self) -> Tensor|None:
-    """The whole of the buffer this tensor views part of, or of a write pending into one, where its moves (not an
-    expand) lead back to it."""
+  def _base(self) -> Tensor|None:
+    """The whole of the buffer this tensor views part of, or of a write pending into one (torch's base), where its
+    moves (not an expand) lead back to it."""
     if self.uop.op is not Ops.VIEW: return None
-    base, st = self.uop.src[0], self.uop.arg
+    source, st = self.uop.src[0], self.uop.arg
     while st.before is not None and st.move.name != "expand": st = st.before
-    if base.op is Ops.ASSIGN: whole, found = base, _whole_buffer(base.src[0])
-    else: whole = UOp(Ops.VIEW, self.dtype, (base,), st); found = base.op is Ops.BUFFER and _whole_buffer(whole)
+    if source.op is Ops.ASSIGN: whole, found = source, _whole_buffer(source.src[0])
+    else: whole = UOp(Ops.VIEW, self.dtype, (source,), st); found = source.op is Ops.BUFFER and _whole_buffer(whole)
     return Tensor._of(whole, self.device) if found and st.before is None else None
-  def _write_through(self, whole:Tensor, x:Tensor) -> Tensor:
+  def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
     and a mask of where it goes, moved back through the view's moves (as a gradient is), then put where the mask is."""
     placed, mask, st = x, Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device), self.uop.arg
     while st.before is not None:
       before = Tensor._of(UOp(Ops.VIEW, self.dtype, self.uop.src, st.before), self.device)
       placed, mask, st = _unmoved(placed, before, st.move), _unmoved(mask, before, st.move), st.before
-    value = mask.where(placed, whole)
-    # (not whole.assign: the tensors holding the buffer, a node equal to whole's, share this write)
-    sharing = Tensor._realize_readers({whole._written().src[0]}, self, x, value)
-    whole._write(value)
-    Tensor._read_writes([t for t in sharing if t is not whole])
-    self.uop = UOp(Ops.VIEW, self.dtype, (whole.uop,), self.uop.arg)  # it reads the write
+    value = mask.where(placed, base)
+    # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write)
+    sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value)
+    base._write(value)
+    Tensor._read_writes([t for t in sharing if t is not base])
+    self.uop = UOp(Ops.VIEW, self.dtype, (base.uop,), self.uop.arg)  # it reads the write
     return self
   def _write(self, x:Tensor) -> Tensor:
     """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
