@@ -4319,6 +4319,16 @@ def test_a_row_program_whose_outputs_dont_all_read_the_row_back(shape):
   grad = [[p if j >= i - 1 else 0.0 for j, p in enumerate(softmax(row))] for i, row in enumerate(kept)]
   assert_close(flat(x.grad.tolist()), flat(grad))
 
+def test_a_row_program_over_a_broadcast_row_and_one_masked_away():
+  """A softmax along a broadcast dim: its exp doesn't vary along the row, so it was the sum's own value, and reread's
+  read-back replaced it inside the sum (C that didn't compile). A softmax masked to zeros: the outputs read nothing
+  back, and reread's stores stayed in a loop no reduce made (KeyError in linearize)."""
+  for n in (2, 3, 7):
+    col = Tensor([[float(i)] for i in range(n)])
+    assert_close(flat(col.expand(n, n + 1).softmax(1).tolist()), [1 / (n + 1)] * (n * (n + 1)))
+    assert_close(flat(col.expand(n, n).softmax(1).var(0).tolist()), [0.0] * n)
+    assert Tensor(rand_list((n, n), 62)).softmax(-1).triu(1).tril(0).tolist() == [[0.0] * n] * n
+
 def test_a_sum_over_a_cumsum_unrolled_with_it():
   """Both reduces unrolled: the cumsum's loop (a group of its own) was made after the sum's, whose body read it, so
   linearize met a loop with no end (KeyError); the gradient of pad -> cumsum -> relu -> sum hit it too."""

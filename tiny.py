@@ -3934,7 +3934,9 @@ def reread(sink:UOp, target:Target) -> UOp:
       if not over_columns or not row_ranges <= free[u]: continue  # (and computed once a row)
       value = substitute(u.src[0], shared)
       costly = value.dtype == st.value.dtype and value in st.value.toposort and _alu_cost(value) >= REREAD_COST
-      if costly and st.gate is None and st.buf not in loaded:
+      # (a value that doesn't vary along the row, a broadcast row's exp, is the reduce's own: nothing to store)
+      varies = not set(cols).isdisjoint(value.toposort)
+      if costly and varies and st.gate is None and st.buf not in loaded:
         stores, out = _reread(st, u, value, shared, row_ranges, target)
         early += stores
         break
@@ -4540,6 +4542,8 @@ def to_cpu(sink:UOp) -> UOp:
   thread = ThreadId(AxisType.THREAD, 0)
   return substitute(sink, {r: r.replace(op=Ops.SPECIAL, arg=thread) for r in ranges(sink, AxisType.THREAD)})
 
+output_loops = (AxisType.GLOBAL, AxisType.COLUMN)  # the ranges left that loop over outputs (the rest: reduces')
+
 def to_accumulators(sink:UOp) -> UOp:
   """REDUCE(x, ranges) -> acc = identity; for (ranges) acc = acc op x; then read acc. Reduces over the same ranges
   (the lanes of an upcast output) share one loop, each lane with its own register. The accumulator lives inside the
@@ -4554,7 +4558,10 @@ def to_accumulators(sink:UOp) -> UOp:
       rs = tuple(sorted(u.src[1:], key=lambda r: r.arg.id))
       groups.setdefault(rs, []).append(u)
       groups.move_to_end(rs)
-  # a store that varies with a reduce's ranges moves into its loop (see reread)
+  # a store that varies with a reduce's ranges moves into its loop (see reread); one whose reduce nothing reads any
+  # more (the outputs that read its values back folded away: a softmax masked to zeros) is dropped
+  looped = set().union(*groups)
+  sink = sink.replace(src=tuple(st for st in sink.src if all(r in looped or r.kind in output_loops for r in free[st])))
   in_loop = {rs: [st for st in sink.src if free[st] & set(rs)] for rs in groups}
   sink = sink.replace(src=tuple(st for st in sink.src if not any(st in sts for sts in in_loop.values())))
   # acc's value after `after` has run: a loop's range (its iteration), or its END (done). The LOAD's second source is
@@ -4616,8 +4623,6 @@ def narrow_index(sink:UOp) -> UOp:
     if u.op is Ops.SPECIAL: return UOp(Ops.SPECIAL, dtypes.int, (UOp.const(dtypes.int, u.size),), u.arg).cast(index)
     return u.replace(dtype=index) if u.dtype == dtypes.index else u
   return rebuild(sink, narrow)
-
-output_loops = (AxisType.GLOBAL, AxisType.COLUMN)
 
 def add_loops(sink:UOp) -> UOp:
   """Output ranges left (on the CPU: all of them; on a GPU: a row's columns) become loops around the stores."""
