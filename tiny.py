@@ -1130,8 +1130,8 @@ class Tensor:
   def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   @creates
-  def full(shape, fill_value, dtype=None, device=None, buffer=True) -> Tensor:  # (buffer, contiguous: tinygrad's
-    # asks to store the values, which the scheduler decides here)
+  def full(shape, fill_value, dtype=None, device=None, buffer=True) -> Tensor:
+    # (buffer=, as rand's contiguous=: tinygrad's request to store the values, which tiny's scheduler decides)
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(fill_value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @creates
