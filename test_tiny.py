@@ -4029,6 +4029,24 @@ def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
   row.assign(Tensor.ones(2, 4))
   assert row.tolist() == [[1.0] * 4] * 2 and n.tolist()[0] == [8.0, 0.0, 8.0, 6.0]
 
+def test_gradients_through_writes_into_views_and_what_they_cant_give():
+  """A write through a view of a tensor with a write pending passes gradients on to both writes (the view setitem
+  picks, and the views it moves back through, realized the first as readers: a leaf); a gradient that needs a value a
+  pending write replaces (t *= v: v's is t's old value) raises rather than read the new one (it read 45 for 15)."""
+  x, v0, v1 = (Tensor(v, requires_grad=True) for v in ([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5, 7.0))
+  t = x * 2
+  t += v0
+  w = t[1:]
+  w[0] = v1
+  (t * Tensor([1.0, 2.0, 3.0, 4.0, 5.0])).sum().backward()
+  assert x.grad.tolist() == [2.0, 0.0, 6.0, 8.0, 10.0] and v0.grad.tolist() == [1.0, 0.0, 3.0, 4.0, 5.0]
+  assert v1.grad.item() == 2.0 and t.tolist() == [3.0, 7.0, 7.0, 9.0, 11.0]
+  x, v = Tensor([1.0, 2.0, 3.0], requires_grad=True), Tensor(3.0, requires_grad=True)
+  t = x * 2
+  t[0] = 5.0
+  t *= v
+  with pytest.raises(RuntimeError, match="pending write"): t.sum().backward()
+
 def test_a_tinyjit_replay_runs_a_write_pending_into_a_weight_first():  # (a learning rate set between steps: ignored)
   w = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
   @tiny.TinyJit

@@ -1997,8 +1997,8 @@ class Tensor:
   def __setitem__(self, idx, value):
     """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
     step 1) is v padded out to x's shape; any other index scatters v to the flat places it picks."""
-    picked = self[idx]
-    v = self._const(value).cast(self.dtype).expand(picked.shape)
+    v = self._const(value).cast(self.dtype).expand(self[idx].shape)  # (the view picked isn't kept: a reader, the
+    # write would realize it, and with it a write pending into this buffer, which a gradient then stops at)
     if (box := self._box(idx)) is not None:
       grow = tuple((b, n - e) for (b, e), n in zip(box, self.shape))
       v = v.reshape(tuple(e - b for b, e in box))
@@ -2538,11 +2538,14 @@ class Tensor:
   def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
     and a mask of where it goes, moved back through the view's moves (as a gradient is), then put where the mask is."""
-    placed, mask, st = x, Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device), self.uop.arg
-    while st.before is not None:
-      before = Tensor._of(UOp(Ops.VIEW, self.dtype, self.uop.src, st.before), self.device)
-      placed, mask, st = _unmoved(placed, before, st.move), _unmoved(mask, before, st.move), st.before
-    value = mask.where(placed, base)
+    def moved_back(t:Tensor) -> Tensor:  # (each view it passes dies at once: alive, it would be a reader to realize)
+      st = self.uop.arg
+      while st.before is not None:
+        t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, self.dtype, self.uop.src, st.before), self.device), st.move)
+        st = st.before
+      return t
+    mask = moved_back(Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device))
+    value = mask.where(moved_back(x), base)
     # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write)
     sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value)
     base._write(value)
@@ -2747,8 +2750,8 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
   # a write pending: to the value written (what its buffer held is gone), as torch's in-place ops; a write done is
-  # its buffer, a leaf, as any realized assign is (see Tensor._realized)
-  if u.op is Ops.ASSIGN: return (u.src[1],)
+  # its buffer, a leaf (see Tensor._realized)
+  if u.op is Ops.ASSIGN: return () if realized_view(u) is not None else (u.src[1],)
   if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None:
     if last_write(found.graph) > found.when:
       raise RuntimeError("a gradient runs through a result realized from tensors written since (an assign, an "
@@ -2829,7 +2832,18 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
       if s not in on_path or d is None: continue  # (d None: a where's condition, whose gradient is 0)
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
       else: grads[s] = grads[s] + d if s in grads else d
+  # a gradient through a pending write that reads what the write replaces (t *= v: v's, t's old value) would read the
+  # new one, once the write runs first: it raises, as torch's autograd does for a value modified in place
+  # (read directly, or through an earlier write into the buffer than its last, which is pending)
+  writes = [u for u in order if u.op is Ops.ASSIGN and u in grads and order[u]]  # (walked through: pending)
+  def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
+  stale = {u.src[0].src[0] for u in writes} | {u for u in writes if not last(u)}
+  for t in targets:
+    if t in grads and writes and any(u in stale for u in postorder([grads[t].uop], _unwritten_sources)):
+      raise RuntimeError(f"a gradient needs the values a pending write replaces ({t.shape}): realize what it is "
+                         "computed from before writing it in place, or write a copy")
   return {t: grads[t] for t in targets if t in grads}, stops
+def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIGN else u.src  # (a write reads after)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is assigns to the
@@ -3302,8 +3316,10 @@ def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was re
 
 def _whole_buffer(u:UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
-def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a view of it, or of a write into it
-  if u.op is Ops.VIEW and u.src[0].op is Ops.ASSIGN and u.arg.is_contiguous: u = u.src[0].src[0]
+def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a view of it, or a write into it
+  if u.op is Ops.ASSIGN: u = u.src[0]
+  elif u.op is Ops.VIEW and u.src[0].op is Ops.ASSIGN and u.arg.is_contiguous and prod(u.shape) == prod(u.src[0].shape):
+    u = u.src[0].src[0]
   return u.src[0] if _whole_buffer(u) else None
 def _expands(st:ShapeTracker) -> bool:
   return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
