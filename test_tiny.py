@@ -4025,6 +4025,12 @@ def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
   y = (Tensor([1.0, 2.0, 3.0]) * 2).realize()
   y[0] = 5.0  # (a computed result's buffer, as a tensor's)
   assert y.tolist() == [5.0, 4.0, 6.0]
+  t = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).contiguous().realize()
+  h = t.reshape(6)
+  h += 5
+  t.realize()  # (all of h's write: t stayed a copy of it, and h missed t's write below)
+  t.assign(t * 0)
+  assert h.tolist() == [0.0] * 6
   row = n[:1].expand(2, 4)
   row.assign(Tensor.ones(2, 4))
   assert row.tolist() == [[1.0] * 4] * 2 and n.tolist()[0] == [8.0, 0.0, 8.0, 6.0]

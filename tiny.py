@@ -2628,6 +2628,8 @@ class Tensor:
     trained_from = reading_trainable(computed)
     for t, view in zip(group, plan.root_views):
       if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
+      elif t.uop.op is Ops.VIEW and (buffer := _whole_view_of(t.uop)) is not None:  # all of a write (a reshape):
+        t.uop = UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous(t.shape))  # its buffer, still shared
       else:
         held = bound(view)
         if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
