@@ -4025,6 +4025,12 @@ def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
   y = (Tensor([1.0, 2.0, 3.0]) * 2).realize()
   y[0] = 5.0  # (a computed result's buffer, as a tensor's)
   assert y.tolist() == [5.0, 4.0, 6.0]
+  t = Tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).contiguous().realize()
+  v = t[2:]
+  assert v.tolist() == [2.0, 3.0, 4.0, 5.0] and v.realize() is v  # (read, or realized, it made a copy of its own)
+  v[0] = 50.0
+  v += 1
+  assert t.tolist() == [0.0, 1.0, 51.0, 4.0, 5.0, 6.0]
   t = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).contiguous().realize()
   h = t.reshape(6)
   h += 5

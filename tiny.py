@@ -2627,7 +2627,9 @@ class Tensor:
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
     for t, view in zip(group, plan.root_views):
-      if view is None: t.uop = realized_view(t.uop) or t.uop  # read from memory already
+      # read from memory already (a view of a buffer stays one: a write through it reaches the buffer)
+      if view is None or (t.uop.op is Ops.VIEW and t.uop.src[0].op is Ops.BUFFER):
+        t.uop = realized_view(t.uop) or t.uop
       elif t.uop.op is Ops.VIEW and (buffer := _whole_view_of(t.uop)) is not None:  # all of a write (a reshape):
         t.uop = UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous(t.shape))  # its buffer, still shared
       else:
@@ -2635,8 +2637,11 @@ class Tensor:
         if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
-    """The device memory holding this tensor, computing it (contiguous) first if needed."""
-    if not _whole_buffer(self.uop): self.uop = self.contiguous().realize().uop
+    """The device memory holding this tensor, computing it (contiguous) first if needed. A view of part of a buffer
+    stays one (its copy is made for the call), so that a write through it still reaches the buffer."""
+    if not _whole_buffer(self.uop):
+      if self._base() is not None: return self.contiguous().realize().buffer()
+      self.uop = self.contiguous().realize().uop
     if (writer := self.uop.src[0].arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
     return self.uop.src[0].arg
   def tolist(self):
