@@ -4359,6 +4359,19 @@ def test_a_row_program_over_a_broadcast_row_and_one_masked_away():
     assert_close(flat(col.expand(n, n).softmax(1).var(0).tolist()), [0.0] * n)
     assert Tensor(rand_list((n, n), 62)).softmax(-1).triu(1).tril(0).tolist() == [[0.0] * n] * n
 
+def test_beam_offers_no_output_lanes_beside_a_blocks_shared_reduce():
+  """On a GPU, outputs upcast into lanes beside a group (a block's shared reduce) each read the other lane's result:
+  BEAM's candidates offered it after the heuristic's group (a row's var, 4x8, came out 0.23, 0.09, 4.6, 0.09)."""
+  target = tiny.Device.target("PYTHON")
+  x = Tensor([[float(i * 8 + j) / 8 for j in range(8)] for i in range(4)], device="PYTHON")
+  for out in (x.var(1), (x - x.mean(1, keepdim=True)).sum(1), x.softmax(1)):
+    for item in tiny.schedule([out]):
+      sink = tiny.ranged(item.ast, target)
+      opts = tiny.heuristic(sink, target)
+      for o in opts: sink = tiny.apply_opt(sink, o)
+      if any(o.kind is tiny.AxisType.GROUP for o in opts):
+        assert not any(o.kind is tiny.AxisType.UPCAST for o in tiny.candidates(sink, target))
+
 def test_a_sum_over_a_cumsum_unrolled_with_it():
   """Both reduces unrolled: the cumsum's loop (a group of its own) was made after the sum's, whose body read it, so
   linearize met a loop with no end (KeyError); the gradient of pad -> cumsum -> relu -> sum hit it too."""

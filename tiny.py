@@ -4348,7 +4348,8 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
 def candidates(sink:UOp, target:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
   whole; on a GPU, threads on an output range or across a reduction (a range's tail past the last block is gated),
-  where no opt made threads yet, and a matmul of 16-bit floats on tensor cores, before any other. (A group folds in
+  where no opt made threads yet, and a matmul of 16-bit floats on tensor cores, before any other; no output lanes
+  beside a group. (A group folds in
   shared memory with one slot per thread of its own range: a second set of threads would race on it. A row program's
   block, whose reduces and columns take turns on one thread id, is the heuristic's.)"""
   if any(u.op is Ops.WMMA for u in sink.toposort): return []  # (a warp's tiles are laid out as the device's)
@@ -4357,8 +4358,10 @@ def candidates(sink:UOp, target:Target) -> list[Opt]:
   cores = [] if any(r.kind not in (AxisType.GLOBAL, AxisType.REDUCE) for r in rs) else tensor_core_opts(sink, target)
   lanes = prod(r.size for r in rs if r.kind in (AxisType.UPCAST, AxisType.UNROLL))
   blocks = target.gpu and not any(r.kind in (AxisType.LOCAL, AxisType.GROUP, AxisType.COLUMN) for r in rs)
-  kinds = {AxisType.GLOBAL: [AxisType.UPCAST] + ([AxisType.LOCAL] if blocks else []),
-           AxisType.COLUMN: [AxisType.UPCAST],
+  # (outputs in lanes beside a block's shared reduce: each lane read the other's result)
+  lanes_out = [] if any(r.kind is AxisType.GROUP for r in rs) else [AxisType.UPCAST]
+  kinds = {AxisType.GLOBAL: lanes_out + ([AxisType.LOCAL] if blocks else []),
+           AxisType.COLUMN: lanes_out,
            AxisType.REDUCE: [AxisType.UNROLL] + ([AxisType.GROUP] if blocks else [])}
   def fits(kind:AxisType, r:UOp, n:int) -> bool:
     if kind is AxisType.UPCAST: return r.size % n == 0 and lanes * n <= 64 and _may_be_lanes(sink, r)
