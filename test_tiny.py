@@ -4121,12 +4121,12 @@ def test_a_write_pending_into_a_shared_buffer_runs_before_the_buffer_is_read():
 
 def test_views_built_by_other_moves_are_each_realized():
   """Two roots of one realize that are one node over slots (views of one buffer built by other moves) each get the
-  stored view: the second was left lazy, and when the realize kept them from a write, it read the new value."""
+  stored view: the second was left lazy. (Views of a's buffer, both show its write, as torch's views.)"""
   a = Tensor([1.0, 2.0, 3.0, 4.0])
   s1, s2 = a[0:2], a[0:3][0:2]
   a += 10
   a.realize()
-  assert s1.tolist() == s2.tolist() == [1.0, 2.0]
+  assert s1.tolist() == s2.tolist() == [11.0, 12.0]
   b = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
   p, q = b.T.contiguous(), b.T.detach().contiguous()
   Tensor.realize(p, q)
@@ -4416,14 +4416,48 @@ def test_assign_writes_in_place_when_realized(device):
   assert buf.copyout() == struct.pack("3f", 1.0, 2.0, 3.0)  # lazy: nothing written yet
   assert a.tolist() == [11.0, 21.0, 31.0] and a.buffer() is buf
 
-def test_tensors_computed_before_an_assign_keep_their_values():
+def test_aliases_of_one_buffer_follow_every_write():
+  """Tensors that hold one buffer (whole, or a view of it) follow each write into it, however many (t followed the
+  first of h's writes only); the value written, a view of the buffer, shows the write; a value computed from the
+  buffer keeps what it was; a view of a pending write, realized, stays a view. (As torch's, numpy's.)"""
+  t = Tensor([[1.0, 2.0, 3.0]]).realize()
+  h = t.T.T
+  h += 1
+  h += 1
+  h.assign(t * 10)
+  assert t.tolist() == h.tolist() == [[30.0, 40.0, 50.0]]
+  t = Tensor([[4.0, -3.0], [-4.0, -4.0]]).realize()
+  h = t.T.T
+  h *= 2
+  h += 1
+  (t + t).contiguous().realize()
+  h += 100
+  assert t.tolist() == h.tolist() == [[109.0, 95.0], [93.0, 93.0]]
+  t = Tensor([[-2.0, 1.0, 5.0]]).realize()
+  flipped = t.flip(1)
+  t.assign(flipped)
+  assert t.tolist() == [[5.0, 1.0, -2.0]] and flipped.tolist() == [[-2.0, 1.0, 5.0]]
+  t = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).realize()
+  part = t[:, 1:]
+  doubled = part * 2
+  part.assign(doubled)
+  assert t.tolist() == [[1.0, 4.0, 6.0], [4.0, 10.0, 12.0]] and doubled.tolist() == [[4.0, 6.0], [10.0, 12.0]]
+  t += 1
+  row = t.T[1:]
+  row.realize()
+  t *= 2
+  assert row.tolist() == [[10.0, 22.0], [14.0, 26.0]] and doubled.tolist() == [[4.0, 6.0], [10.0, 12.0]]
+
+def test_tensors_computed_before_an_assign_keep_their_values_and_views_show_it():  # (as torch's, numpy's)
   a = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, 3).contiguous().realize()
-  doubled, moved, flipped = a * 2, a.T, a.flip(1)  # lazy, each reading a's buffer
-  a.assign(Tensor.zeros(2, 3))
-  assert a.tolist() == [[0.0] * 3] * 2
+  doubled, moved, flipped, part = a * 2, a.T, a.flip(1), a[1, ::2]  # lazy, each reading a's buffer
+  a.assign(Tensor([[7.0, 8.0, 9.0], [10.0, 11.0, 12.0]]))
+  assert a.tolist() == [[7.0, 8.0, 9.0], [10.0, 11.0, 12.0]]
   assert doubled.tolist() == [[2.0, 4.0, 6.0], [8.0, 10.0, 12.0]]
-  assert moved.tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]] and \
-    flipped.tolist() == [[3.0, 2.0, 1.0], [6.0, 5.0, 4.0]]
+  assert moved.tolist() == [[7.0, 10.0], [8.0, 11.0], [9.0, 12.0]] and part.tolist() == [10.0, 12.0]
+  assert flipped.tolist() == [[9.0, 8.0, 7.0], [12.0, 11.0, 10.0]]
+  a += 1  # (and the views, realized, still do)
+  assert moved.tolist()[0] == [8.0, 11.0] and part.tolist() == [11.0, 13.0] and flipped.tolist()[0] == [10.0, 9.0, 8.0]
 
 def test_assign_from_its_own_buffer_moved_or_reduced_reads_the_old_values():
   w = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]).contiguous().realize()
@@ -4515,10 +4549,15 @@ def test_the_value_an_assign_writes_keeps_it_after_later_writes(device):
   assert a.tolist() == [12.0, 14.0, 16.0] and d.tolist() == [2.0, 4.0, 6.0]
   rows = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
   b = Tensor(rows, device=device).realize()
-  flipped = b.flip(1)
+  flipped = b.flip(1) * 1
   b.assign(flipped)
   b.assign(b * 0)
   assert b.tolist() == [[0.0] * 3] * 2 and flipped.tolist() == [row[::-1] for row in rows]
+  view = b.flip(1)  # (a view of b, written into b: it shows the write, and the next)
+  b.assign(view + 1)
+  assert view.tolist() == [[1.0] * 3] * 2
+  b.assign(b * 3)
+  assert view.tolist() == [[3.0] * 3] * 2
   c, e = Tensor([1.0, 2.0], device=device).realize(), Tensor([5.0, 6.0], device=device).realize()
   e.assign(c * 2)  # an assign's x that holds a buffer of its own keeps it: e is written, and stays e
   c.assign(e)

@@ -895,6 +895,11 @@ class ShapeTracker:
   @functools.cached_property
   def _hash(self) -> int: return hash((self.views, self.move, self.before))
   @functools.cached_property
+  def history(self) -> tuple[ShapeTracker, tuple[Move, ...]]:  # the tracker its moves began from, and the moves
+    if self.before is None: return self, ()
+    start, moves = self.before.history
+    return start, moves + (self.move,)
+  @functools.cached_property
   def bare(self) -> ShapeTracker: return self if self.move is None else ShapeTracker(self.views)
   # graphs are built again and again with the same shapes: equal shapes give one tracker object, so the nodes that
   # hold it hash-cons cheaply
@@ -2087,11 +2092,16 @@ class Tensor:
     out = Tensor.empty(*self.shape, dtype=self.dtype, device=device)
     out.buffer().copyin(self.buffer().copyout())
     return out
-  def to_(self, device:str) -> Tensor: return self.replace(self.to(device))
-  def replace(self, x:Tensor) -> Tensor:  # this tensor now stands for x's value (in place, unlike UOp.replace)
+  def to_(self, device:str) -> Tensor:
+    moved = self.to(device)
+    self.uop, self.device = moved.uop, moved.device
+    return self
+  def replace(self, x:Tensor) -> Tensor:
+    """This tensor now stands for x's value (in place, unlike UOp.replace): a copy of it where x holds a buffer, so
+    that a write into one doesn't reach the other (as tinygrad's)."""
     if x.shape != self.shape: raise ShapeError(f"can't replace a tensor of shape {self.shape} by one of {x.shape}")
     if writes := [t for t in (self, x) if t.uop.op is Ops.ASSIGN]: Tensor.realize(*writes)  # (as they were ordered)
-    self.uop, self.device = x.uop, x.device
+    self.uop, self.device = (x.clone() if _whole_view_of(x.uop) is not None else x).uop, x.device
     return self
   def cat(self, *others, dim=0) -> Tensor:
     ts, d = [self, *others], self._dim(dim)
@@ -2551,6 +2561,7 @@ class Tensor:
     base._write(value)
     Tensor._read_writes([t for t in sharing if t is not base])
     self.uop = UOp(Ops.VIEW, self.dtype, (base.uop,), self.uop.arg)  # it reads the write
+    self._keep(x, base)
     return self
   def _write(self, x:Tensor) -> Tensor:
     """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
@@ -2559,14 +2570,18 @@ class Tensor:
     written, value = self._written(), x.uop
     buffer = written.src[0].arg
     buffer.note_write()  # (pending: what was realized into the buffer is stale already)
-    buffer.pending = self
+    buffer.pending, buffer.assigned = self, True
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
-    # x's graph reads the buffer this overwrites: the Tensor x is pointed at a copy of its value now (computed only if
-    # x is read), unless x is a buffer itself (its own assign, or a whole buffer)
-    if not (value.op is Ops.ASSIGN or _whole_buffer(value)) and written.src[0] in value.buffers:
-      x.uop = self.clone().uop
+    self._keep(x, self)
     return self
+  def _keep(self, x:Tensor, whole:Tensor):
+    """x, just written here (whole: the write into all of the buffer), where its graph reads the buffer it replaces:
+    a view of the buffer is pointed at the same view of the write, anything else at a copy of this value (computed
+    only if read). A buffer itself (its own assign, or a whole buffer) stays."""
+    buffer = whole._written().src[0]
+    if x.uop.op is Ops.ASSIGN or _whole_buffer(x.uop) or buffer not in x.uop.buffers: return
+    x.uop = _moved_over(x.uop, whole.uop) if _aliased(x.uop) is buffer else self.clone().uop
   @staticmethod
   def _alive() -> list[Tensor]:  # the tensors alive, in the order made; the dead references go from Tensor._live
     live, alive = {}, []
@@ -2580,15 +2595,16 @@ class Tensor:
   def _realize_readers(buffers:set[UOp], *skip:Tensor) -> list[Tensor]:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     - one whose graph reads such a buffer: realized now (a view of one: copied first);
-    - one that is such a buffer, whole: left as it is, it holds what is written (returned: the tensors sharing the
-      buffers); unless its node is a skipped tensor's too (two LayerNorms' weights, each ones(n): equal graphs are one
-      node, realized into one buffer): then copied, so that each holds its own."""
+    - one that is such a buffer, whole, or a view of it: left as it is, it holds or shows what is written (returned:
+      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too and the buffer was never assigned (two LayerNorms' weights,
+      each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each holds its own."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in skip}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      holds_written = _whole_view_of(t.uop) in buffers  # it will hold what is written
-      (sharing if holds_written and t.uop not in skipped_nodes else readers).append(t)
+      if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written
+        (sharing if t.uop not in skipped_nodes or whole.arg.assigned else readers).append(t)
+      else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
@@ -2598,7 +2614,9 @@ class Tensor:
     """Each tensor sharing a buffer that has a write pending reads the write: what is built from it after is built
     from the write, so a realize that holds both runs the write first."""
     for t in sharing:
-      if (writer := _whole_view_of(t.uop).arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
+      if (whole := _whole_view_of(t.uop)) is not None:
+        if (writer := whole.arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
+      elif (writer := _aliased(t.uop).arg.pending) is not None: t.uop = _moved_over(t.uop, writer.uop)
   def realize(self, *others:Tensor) -> Tensor:
     ts = (self, *others)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
@@ -2630,8 +2648,8 @@ class Tensor:
       # read from memory already (a view of a buffer stays one: a write through it reaches the buffer)
       if view is None or (t.uop.op is Ops.VIEW and t.uop.src[0].op is Ops.BUFFER):
         t.uop = realized_view(t.uop) or t.uop
-      elif t.uop.op is Ops.VIEW and (buffer := _whole_view_of(t.uop)) is not None:  # all of a write (a reshape):
-        t.uop = UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous(t.shape))  # its buffer, still shared
+      elif (buffer := _aliased(t.uop)) is not None:  # a view of a write: of its buffer now, still shared
+        t.uop = _moved_over(t.uop, UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,))))
       else:
         held = bound(view)
         if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
@@ -3328,6 +3346,17 @@ def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a 
   elif u.op is Ops.VIEW and u.src[0].op is Ops.ASSIGN and u.arg.is_contiguous and prod(u.shape) == prod(u.src[0].shape):
     u = u.src[0].src[0]
   return u.src[0] if _whole_buffer(u) else None
+def _aliased(u:UOp) -> UOp|None:
+  """The BUFFER a view reads, directly or through a write into all of it, where the view's moves begin from all of
+  it: a write into the buffer shows through the same moves."""
+  if u.op is not Ops.VIEW: return None
+  if (source := u.src[0]).op is Ops.ASSIGN: source = source.src[0].src[0]
+  start, _ = u.arg.history
+  return source if source.op is Ops.BUFFER and start.is_contiguous and prod(start.shape) == source.arg.size else None
+def _moved_over(view:UOp, whole:UOp) -> UOp:  # view's moves made again over whole (all of the buffer it views)
+  start, moves = view.arg.history
+  if start.move is not None: whole = whole.detached()  # (the one move a tracker may begin with)
+  return whole.moved(("reshape", start.shape), *moves)
 def _expands(st:ShapeTracker) -> bool:
   return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
 
@@ -5449,6 +5478,9 @@ class Buffer:
     self.allocated = whole_vectors(size) * dtype.itemsize  # bytes
     self.written = 0  # the tick when a kernel or a copy last wrote it: a value computed from it before is stale
     self.pending: Tensor|None = None  # the tensor whose write into it is pending (assign), until it runs
+    # written by an assign: every tensor holding all of it is then an alias of one tensor (before, two tensors of equal
+    # graphs may hold it, computed once: each is its own)
+    self.assigned = False
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
