@@ -3528,6 +3528,13 @@ def test_jit_reads_weights_it_holds_and_inputs_that_share_a_buffer():
   b = tiny.TinyJit(lambda p, q: p * q + p)
   for _ in range(3): assert_close(b(a, a).tolist(), ref_ew(lambda p: p * p + p, x))  # one buffer, both arguments
 
+def test_jit_reads_each_call_the_part_of_a_buffer_it_is_given():  # (replays read the part the capture was given)
+  x = rand_list((11, 3), 13)
+  data = Tensor(x).realize()
+  jit = tiny.TinyJit(lambda batch: (batch * 2).sum(1))
+  for k in range(0, 9, 2): assert_close(jit(data[k:k + 2]).tolist(), [2 * sum(row) for row in x[k:k + 2]])
+  for k in range(4): assert_close(jit(data.T[:, k:k + 2].T).tolist(), [2 * sum(row) for row in x[k:k + 2]])
+
 def test_jit_realizes_lazy_inputs_first():
   jit = tiny.TinyJit(lambda a: a + 1)
   x = rand_list((5,), 12)
@@ -4634,6 +4641,34 @@ def test_optimizers_step_a_0d_parameter():  # against each update written out: p
         want -= 0.1 * (m / (1 - 0.9 ** step)) / (math.sqrt(v / (1 - 0.999 ** step)) + 1e-8)
       assert p.shape == () and math.isclose(p.item(), want, rel_tol=1e-5), (name, step, p.item(), want)
 
+def test_optimizers_check_their_settings_keep_float32_state_and_name_it_as_tinygrad():
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  for make in (lambda: tiny.nn.optim.SGD([w], lr=-1.0), lambda: tiny.nn.optim.SGD([w], momentum=-0.5),
+               lambda: tiny.nn.optim.SGD([w], weight_decay=-1.0), lambda: tiny.nn.optim.AdamW([w], weight_decay=-1.0)):
+    with pytest.raises(ValueError, match="Invalid"): make()
+  with pytest.raises(AssertionError, match="at least one param"): tiny.nn.optim.Adam([])
+  opt = tiny.nn.optim.Adam([w, w], lr=0.1)  # (a parameter given twice is stepped once)
+  assert {k: v.shape for k, v in tiny.nn.state.get_state_dict(opt).items()} == \
+    {"params.0": (2,), "lr": (1,), "m.0": (2,), "v.0": (2,), "b1_t": (1,), "b2_t": (1,)}
+  # a float16 parameter's moments are float32 (its gradient's square, 1e-10, is 0 in float16: the step was ~1e3 x lr)
+  h = Tensor([[0.5, -0.25]], dtype=dtypes.float16, requires_grad=True)
+  opt = tiny.nn.optim.Adam([h], lr=0.01)
+  (Tensor([[1e-3, 2e-3]], dtype=dtypes.float16) * h).sum().mul(1e-2).backward()
+  opt.step()
+  assert opt.m[0].dtype == dtypes.float32 and h.dtype == dtypes.float16
+  assert_close(h.tolist(), [[0.49, -0.26]], rtol=1e-3)
+  # an int learning rate is a float one; a float set in its place is read as one
+  p = Tensor([1.0, 2.0], requires_grad=True)
+  sgd = tiny.nn.optim.SGD([p], lr=1)
+  assert sgd.lr.dtype == dtypes.float32
+  sgd.lr *= 0.5
+  (p * p).sum().backward()
+  sgd.step()
+  assert p.tolist() == [0.0, 0.0]
+  sgd.lr, p.grad = 0.25, Tensor([4.0, -4.0])
+  sgd.step()
+  assert p.tolist() == [-1.0, 1.0]
+
 @pytest.mark.parametrize("name", ["SGD", "Adam"])
 def test_an_optimizer_step_leaves_what_read_its_buffers_before_it_as_it_was(name):
   """Tensors computed, not yet realized, from a parameter or the optimizer's state before its step keep the values
@@ -4885,9 +4920,11 @@ def test_embedding_picks_rows_and_sums_their_gradients():
   idx = Tensor([[4, 0], [2, 4], [-1, 1]])
   rows = emb.weight.tolist()
   out = emb(idx)
-  assert out.shape == (3, 2, 3) and out.tolist() == [[rows[4], rows[0]], [rows[2], rows[4]], [rows[4], rows[1]]]
+  # (an index out of range, -1 too, gives a row of zeros, as tinygrad's)
+  assert out.shape == (3, 2, 3) and out.tolist() == [[rows[4], rows[0]], [rows[2], rows[4]], [[0.0] * 3, rows[1]]]
+  assert emb(Tensor([5, 3, -4])).tolist() == [[0.0] * 3, rows[3], [0.0] * 3]
   out.sum().backward()
-  assert emb.weight.grad.tolist() == [[1.0] * 3, [1.0] * 3, [1.0] * 3, [0.0] * 3, [3.0] * 3]
+  assert emb.weight.grad.tolist() == [[1.0] * 3, [1.0] * 3, [1.0] * 3, [0.0] * 3, [2.0] * 3]
   with pytest.raises(IndexError, match="ints"): emb.weight[Tensor([1.0])]  # (tinygrad's error type)
 
 

@@ -2877,11 +2877,15 @@ def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIG
 
 class Optimizer:
   def __init__(self, params:list[Tensor], lr:float):
+    if lr < 0: raise ValueError(f"Invalid learning rate: {lr}")  # (tinygrad's errors, here and below)
     for t in params:
       if t.requires_grad is None: t.requires_grad = True  # a parameter not said otherwise is trained
-    self.params = [t for t in params if t.requires_grad]
-    self.lr = Tensor([lr], device=self.params[0].device if self.params else None)  # a tensor: TinyJit replays read it
-    self.state: list[Tensor] = []  # what the optimizer keeps from step to step, assigned each step too
+    self.params = list(dict.fromkeys(t for t in params if t.requires_grad))  # (each once)
+    if not self.params: raise AssertionError("optimizer must have at least one param")
+    # a tensor, which TinyJit replays read (a float set in its place is a constant of the step), at least float32
+    self.lr = Tensor([lr], dtypes.promote(dtypes.default_float, dtypes.float32), self.params[0].device)
+  @property
+  def state(self) -> list[Tensor]: return []  # what it keeps from step to step, assigned each step too
   def zero_grad(self):
     for t in self.params: t.grad = None
   def step(self): Tensor.realize(*self.schedule_step())
@@ -2896,40 +2900,50 @@ class Optimizer:
     for t in written: t.buffer()  # each in a buffer of its own, to be written
     sharing = Tensor._realize_readers({t.uop.src[0] for t in written}, *written)
     self._write_state()
-    nexts = [self._next(i, t.detach(), t.grad.detach()) for i, t in enumerate(self.params)]
+    # (computed in at least float32, as the state is kept: a float16 gradient's square underflows)
+    nexts = [self._next(i, t.detach(), t.grad.detach().cast(dtypes.promote(t.dtype, dtypes.float32)))
+             for i, t in enumerate(self.params)]
     for t, new in zip(self.params, nexts): t._write(new)
     Tensor._read_writes(sharing)
     return written
   def _write_state(self): pass  # the state that is the same for every parameter, written before _next reads it
-  def _zeros(self) -> list[Tensor]:  # a tensor of zeros in its own buffer per parameter
-    return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device)._owned().realize() for t in self.params]
+  def _zeros(self) -> list[Tensor]:  # zeros in a buffer of their own per parameter, at least float32 (as tinygrad's)
+    return [Tensor.zeros(*t.shape, dtype=dtypes.promote(t.dtype, dtypes.float32), device=t.device)._owned().realize()
+            for t in self.params]
+  def _stepped(self, p:Tensor, up:Tensor) -> Tensor:  # (lr of shape (1,), or a float: a 0-d parameter stays 0-d)
+    return p - (self.lr * up).reshape(p.shape)
 
 class SGD(Optimizer):
   """p -= lr * g, with g = grad + weight_decay * p; with momentum, b = momentum * b + g, and g = b (nesterov:
   g + momentum * b), as torch's SGD (dampening 0)."""
   def __init__(self, params:list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False):
+    if momentum < 0: raise ValueError(f"Invalid momentum value: {momentum}")
+    if weight_decay < 0: raise ValueError(f"Invalid weight_decay value: {weight_decay}")
     super().__init__(params, lr)
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
     self.b = self._zeros() if momentum else []  # each parameter's momentum buffer (tinygrad's name)
-    self.state = self.b
+  @property
+  def state(self) -> list[Tensor]: return self.b
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
     if self.weight_decay: g = g + self.weight_decay * p
     if self.momentum:
       b = self.b[i]._write(self.momentum * self.b[i] + g)
       g = g + self.momentum * b if self.nesterov else b
-    return p - self.lr[0] * g  # (lr[0]: a 0-d parameter stays 0-d)
+    return self._stepped(p, g)
 
 class Adam(Optimizer):
   """Adam, as torch's: moments m and v of the gradients, corrected for their start at zero; weight_decay adds
   weight_decay * p to the gradient (L2). AdamW decouples it: p -= lr * weight_decay * p beside the update."""
   decoupled, trust = False, False  # decoupled: AdamW's weight decay; trust: LAMB's trust ratio
   def __init__(self, params:list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+    if weight_decay < 0: raise ValueError(f"Invalid weight_decay value: {weight_decay}")
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
     self.m, self.v = self._zeros(), self._zeros()
-    # b1**step and b2**step, each in a buffer to assign into ([1.0]: Tensor(1.0) would be a constant, no buffer)
-    self.b1_t, self.b2_t = [Tensor([1.0], device=self.lr.device).reshape(()) for _ in range(2)]
-    self.state = self.m + self.v + [self.b1_t, self.b2_t]
+    # b1**step and b2**step, each in a buffer to assign into
+    self.b1_t, self.b2_t = [Tensor([1.0], self.lr.dtype, self.lr.device) for _ in range(2)]
+  @property
+  def state(self) -> list[Tensor]: return self.m + self.v + [self.b1_t, self.b2_t]
   def _write_state(self):
     self.b1_t._write(self.b1_t * self.b1)
     self.b2_t._write(self.b2_t * self.b2)
@@ -2942,7 +2956,7 @@ class Adam(Optimizer):
     if self.trust:  # LAMB's: |p| / |up|, 1 where either is 0
       p_norm, up_norm = p.square().sum().sqrt(), up.square().sum().sqrt()
       up = up * ((p_norm > 0) & (up_norm > 0)).where(p_norm / up_norm, 1.0)
-    return p - self.lr[0] * up
+    return self._stepped(p, up)
 
 class AdamW(Adam):
   decoupled = True
@@ -3076,7 +3090,8 @@ class Embedding:
   def __init__(self, vocab_size:int, embed_size:int):
     self.vocab_sz, self.embed_sz = vocab_size, embed_size
     self.weight = parameter(Tensor.glorot_uniform(vocab_size, embed_size))
-  def __call__(self, idx:Tensor) -> Tensor: return self.weight[idx]
+  def __call__(self, idx:Tensor) -> Tensor:  # (an index out of range, -1 too, gives zeros, as tinygrad's)
+    return self.weight[(idx < 0).where(self.vocab_sz, idx)]
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Weights on disk: a model's tensors by name, and safetensors files: an 8-byte little-endian header length, a JSON
@@ -5693,6 +5708,8 @@ class TinyJit:
   def __get__(self, obj, objtype=None):  # on a method: bound to its object, as a function is
     return self if obj is None else functools.partial(self.__call__, obj)
   def __call__(self, *args, **kwargs):
+    # a view of part of a buffer (X[k:k+2]) is given as a copy: a replay binds the given tensors' buffers, whole
+    args, kwargs = mapped((args, kwargs), lambda t: t.contiguous() if t._base() is not None else t)
     given: list[Buffer] = []  # the tensors' buffers, each once
     key = (tuple(kwargs), *[signature(x, given) for x in (*args, *kwargs.values())])
     try: replay = self.replays.get(key)
