@@ -4689,6 +4689,11 @@ def test_assign_checks_shape_and_device():
   with pytest.raises(tiny.ShapeError, match="shape"): a.assign(Tensor([1.0, 2.0, 3.0]))
   with pytest.raises(ValueError, match="PYTHON"): a.assign(Tensor([1.0, 2.0], device="PYTHON"))
   assert a.assign(Tensor([7, 8])).tolist() == [7.0, 8.0]  # cast to a's dtype, as a copy into it would
+  b = Tensor.zeros(3, 2).contiguous().realize()
+  assert b.assign(Tensor([1.0, 2.0])).tolist() == [[1.0, 2.0]] * 3  # broadcast, as torch's copy_ and tinygrad's
+  with pytest.raises(tiny.ShapeError, match="shape"): b.assign(Tensor.ones(2, 3, 2))
+  b[1:] = [[5, 6], [7, 8]]  # (a list, as a tensor of it)
+  assert b.tolist() == [[1.0, 2.0], [5.0, 6.0], [7.0, 8.0]]
 
 
 # --- optimizers: each against the same update written in pure Python, on a loss whose gradient is known

@@ -2002,6 +2002,7 @@ class Tensor:
   def __setitem__(self, idx, value):
     """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
     step 1) is v padded out to x's shape; any other index scatters v to the flat places it picks."""
+    if isinstance(value, (list, tuple)): value = Tensor(value, self.dtype, self.device)
     v = self._const(value).cast(self.dtype).expand(self[idx].shape)  # (the view picked isn't kept: a reader, the
     # write would realize it, and with it a write pending into this buffer, which a gradient then stops at)
     if (box := self._box(idx)) is not None:
@@ -2525,9 +2526,10 @@ class Tensor:
     number (written everywhere) or list, as tinygrad's."""
     if isinstance(x, (list, tuple)): x = Tensor(x, self.dtype, self.device)
     x = self._const(x).cast(self.dtype)
-    if not x.shape: x = x.expand(self.shape)
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
-    if x.shape != self.shape: raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
+    if broadcast_shape(x.shape, self.shape) != self.shape:  # (broadcast, as torch's copy_ and tinygrad's)
+      raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
+    x = x._expand(self.shape)
     if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop):
       if (base := self._base()) is not None: return self._write_through(base, x)
       self.uop = self._owned().uop  # one to write into
