@@ -5024,6 +5024,30 @@ def test_an_int_to_an_int_tensors_power_is_exact_and_wraps(device):  # as torch'
                                                                                  device=device)
   assert small.dtype == dtypes.uint8 and small.tolist() == [0, 9, 200 ** 3 % 256, 1]  # (it came back int32)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_ints_past_their_range_and_16_bit_floats_in_pow_division_and_float_composites(device):
+  """An int's power past 64 wraps as its dtype (int8: 2**200 overflowed a Python int into int8; uint64's raised);
+  lerp, isclose, logaddexp and logsumexp of ints compute in float (a - b wrapped in the int); a 16-bit float's power
+  and quotient are float32's rounded once (bfloat16's 3**20 was 3% off; float16's x / 1e-5 was inf)."""
+  def wrapped(v, bits): return (v + 2**(bits - 1)) % 2**bits - 2**(bits - 1)
+  int8 = Tensor([2, 3, -3], dtype=dtypes.int8, device=device)
+  assert (int8 ** 201).tolist() == [wrapped(b ** 201, 8) for b in (2, 3, -3)]
+  u64 = Tensor([2, 3, 5], dtype=dtypes.uint64, device=device)
+  assert (u64 ** Tensor([7, 5, 2], dtype=dtypes.uint64, device=device)).tolist() == [128, 243, 25]
+  assert (u64 ** 100).tolist() == [pow(b, 100, 2**64) for b in (2, 3, 5)]
+  u8 = Tensor([200, 10, 0], dtype=dtypes.uint8, device=device)
+  assert u8.lerp(Tensor([10, 200, 255], dtype=dtypes.uint8, device=device), 0.25).tolist() == [152.5, 57.5, 63.75]
+  assert u8.logaddexp(Tensor([10, 200, 255], dtype=dtypes.uint8, device=device)).tolist() == [200.0, 200.0, 255.0]
+  assert math.isclose(Tensor([1, 2, 3], dtype=dtypes.uint8, device=device).logsumexp().item(),
+                      math.log(sum(math.exp(v) for v in (1, 2, 3))), rel_tol=1e-6)
+  assert Tensor([-30000, 30000], dtype=dtypes.int16, device=device).logsumexp().item() == 30000.0
+  assert Tensor([-2**31, 0], device=device).isclose(Tensor([2**31 - 1, -2**31], device=device)).tolist() == [False] * 2
+  assert (Tensor([3.0], dtype=dtypes.half, device=device) ** 9).tolist() == [19680.0]  # (not 19696: rounded each step)
+  halves = Tensor([0.0, 1e-5, 0.5, 2.5, 65504.0], dtype=dtypes.half, device=device)  # (1e-5: 1/x is inf in float16)
+  assert (halves / Tensor([1e-5, 1e-5, 1e-5, 3.0, 65504.0], dtype=dtypes.half, device=device)).tolist() == \
+    [0.0, 1.0, 49920.0, 0.83349609375, 1.0]  # (torch's)
+  assert (Tensor([3.0], dtype=dtypes.bfloat16, device=device) ** 20).tolist() == [3489660928.0]  # (torch's)
+
 def test_small_dtypes_keep_their_dtype_through_composites():  # each came back wider (the -1 or the 1 of a constant)
   assert Tensor([0, 5, 200], dtype=dtypes.uint8).sign().dtype == dtypes.uint8
   assert Tensor([0, 5, 200], dtype=dtypes.uint8).sign().tolist() == [0, 1, 1]

@@ -1347,6 +1347,7 @@ class Tensor:
       raise RuntimeError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")  # (torch's error)
     if rounding_mode == "floor": return a.divmod(b)[0]
     if rounding_mode == "trunc": return a._div_toward_zero(b)
+    if a.dtype in dtypes.narrow: return (a.float() * b.float().reciprocal()).cast(a.dtype)  # (1/b rounded once)
     return a._float() * b._float().reciprocal()
   def _div_toward_zero(self, b:Tensor) -> Tensor:
     """The quotient rounded toward 0: C's / for ints; for floats, (x - fmod(x, b)) / b rounded to the whole number it
@@ -1563,8 +1564,9 @@ class Tensor:
     return x if max_ is None else (x > max_).where(max_, x)
   clamp = clip
   def lerp(self, end:Tensor, weight) -> Tensor:  # from the nearer end, as torch's: exact at weights 0 and 1
-    w = weight if isinstance(weight, Tensor) else self._const(weight)
-    return (w < 0.5).where(self + (end - self) * w, end - (end - self) * (1 - w))
+    a, b = (t._float() for t in self._broadcast(end))  # (ints: end - self would wrap)
+    w = weight if isinstance(weight, Tensor) else a._const(weight)
+    return (w < 0.5).where(a + (b - a) * w, b - (b - a) * (1 - w))
   def masked_fill(self, mask:Tensor, value) -> Tensor: return mask.where(value, self)
   def isnan(self) -> Tensor: return self != self
   def isinf(self, detect_positive=True, detect_negative=True) -> Tensor:
@@ -1573,7 +1575,8 @@ class Tensor:
   def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor:
     other = self._const(other)
     if self.dtype == dtypes.bool: return self == other
-    near = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
+    a, b = self._float(), other._float()  # (ints: a - b would wrap)
+    near = self.isfinite() & other.isfinite() & ((a - b).abs() <= atol + rtol * b.abs())
     same_inf = (self.isinf() | other.isinf()) & (self == other)
     return near | same_inf | (self.isnan() & other.isnan() & equal_nan)
   def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor:  # (0-d: bool() of it, or item())
@@ -1586,7 +1589,7 @@ class Tensor:
     wide = dtypes.float if a.dtype in dtypes.narrow else a.dtype
     return a._like(a.cast(wide).uop.alu(Ops.MOD, b.cast(wide).uop)).cast(a.dtype)
   def logaddexp(self, other) -> Tensor:  # max(a, b) + log1p(e^-|a - b|): no exp overflows, no log cancels
-    a, b = self._broadcast(other)
+    a, b = (t._float() for t in self._broadcast(other))  # (ints: a - b would wrap)
     apart = (a == b).where(0, (a - b).abs())  # (two equal infinities are 0 apart, not nan)
     return a.maximum(b) + (-apart).exp()._log1p()
   def pow(self, x) -> Tensor:
@@ -1594,6 +1597,8 @@ class Tensor:
     2^(x log2 |base|), negative where the base is and the power is odd, nan for a finite negative base to a non-integer
     power, 1 for x^0, 1^y and (-1)^inf, as C's pow. That value is a POW node's, whose gradient is pow's own (torch's),
     not that of the ops that compute it (nan at a zero base)."""
+    if self.dtype in dtypes.narrow:  # a 16-bit float's, in float32, rounded once (as torch's)
+      return self.float().pow(x).cast(dtypes.promote(self.dtype, x.dtype) if isinstance(x, Tensor) else self.dtype)
     if isinstance(x, float) and x.is_integer() and 0 <= x <= 64 and dtypes.is_float(self.dtype): x = int(x)  # x ** 2.0
     if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
       out, base = self.ones_like(), self
@@ -1603,7 +1608,8 @@ class Tensor:
       return out
     if isinstance(x, int) and not dtypes.is_float(self.dtype):  # past 64: exact too, square and multiply
       if x < 0: raise DTypeError(f"an int tensor to a negative power ({x}) is a fraction: use a float tensor")
-      x = Tensor(x, dtype=self.dtype, device=self.device)
+      e = Tensor(x, dtypes.uint64 if dtypes.is_unsigned(self.dtype) else None, self.device)  # (one that holds x)
+      return self._int_pow(e).cast(self.dtype)  # (wider, wrapped back: the same bits)
     if isinstance(x, Tensor) and dtypes.is_int(dtypes.promote(self.dtype, x.dtype)): return self._int_pow(x)
     base, e = (t._float() for t in self._broadcast(x))  # (an int to a half power: half, as add)
     mag = (base.abs().log2() * e).exp2()
@@ -1621,9 +1627,10 @@ class Tensor:
     the dtype's ints do. A negative power is 1 / b^-e rounded toward 0: 1 for b = 1, +-1 for b = -1, else 0."""
     b, e = self._broadcast(e)
     out, square = b.ones_like(), b
-    for k in range(8 * e.dtype.itemsize - 1):  # every bit but the sign: a negative power is below
+    for k in range(8 * e.dtype.itemsize - (not dtypes.is_unsigned(e.dtype))):  # every bit but a sign: see below
       out = ((e >> k) & 1).cast(dtypes.bool).where(out * square, out)
       square = square * square
+    if dtypes.is_unsigned(b.dtype): return out  # (no negative power)
     negative = (b == 1).where(1, (b == -1).where((e & 1).cast(dtypes.bool).where(-1, 1), 0))
     return (e < 0).where(negative.cast(out.dtype), out)
   __pow__ = pow
@@ -1718,9 +1725,10 @@ class Tensor:
   def softmin(self, axis=-1) -> Tensor: return (-self._float()).softmax(axis)
   @composite
   def logsumexp(self, axis=None, keepdim=False) -> Tensor:
-    m = self.max(axis, keepdim=True).detach()
+    x = self._float()  # (ints: x - m would wrap)
+    m = x.max(axis, keepdim=True).detach()
     m = m.isinf().where(0, m)  # a row of -inf is -inf, not nan
-    total = (self - m).exp().sum(axis, keepdim)
+    total = (x - m).exp().sum(axis, keepdim)
     return total.log() + m.reshape(total.shape)
   def any(self, axis=None, keepdim=False) -> Tensor: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
