@@ -3534,6 +3534,16 @@ def test_jit_reads_each_call_the_part_of_a_buffer_it_is_given():  # (replays rea
   jit = tiny.TinyJit(lambda batch: (batch * 2).sum(1))
   for k in range(0, 9, 2): assert_close(jit(data[k:k + 2]).tolist(), [2 * sum(row) for row in x[k:k + 2]])
   for k in range(4): assert_close(jit(data.T[:, k:k + 2].T).tolist(), [2 * sum(row) for row in x[k:k + 2]])
+  t = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+  flat = t.reshape(4)
+  t += 1  # (flat: all of a write pending into t's buffer, which the function writes in place)
+  def step(v):
+    v += 1
+    return v * 2
+  bump = tiny.TinyJit(step)
+  for k in range(4):
+    assert bump(flat).tolist() == [2.0 * (v + k + 2) for v in (1, 2, 3, 4)]
+    assert t.tolist() == [[k + 3.0, k + 4.0], [k + 5.0, k + 6.0]]
 
 def test_jit_realizes_lazy_inputs_first():
   jit = tiny.TinyJit(lambda a: a + 1)

@@ -2549,12 +2549,10 @@ class Tensor:
   def _base(self) -> Tensor|None:
     """The whole of the buffer this tensor views part of, or of a write pending into one (torch's base), where its
     moves (not an expand) lead back to it."""
-    if self.uop.op is not Ops.VIEW: return None
-    source, st = self.uop.src[0], self.uop.arg
-    while st.before is not None and st.move.name != "expand": st = st.before
-    if source.op is Ops.ASSIGN: whole, found = source, _whole_buffer(source.src[0])
-    else: whole = UOp(Ops.VIEW, self.dtype, (source,), st); found = source.op is Ops.BUFFER and _whole_buffer(whole)
-    return Tensor._of(whole, self.device) if found and st.before is None else None
+    if _aliased(self.uop) is None: return None
+    (start, moves), source = self.uop.arg.history, self.uop.src[0]
+    if any(move.name == "expand" for move in moves): return None
+    return Tensor._of(source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start), self.device)
   def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
     and a mask of where it goes, moved back through the view's moves (as a gradient is), then put where the mask is."""
@@ -2604,10 +2602,11 @@ class Tensor:
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor) -> list[Tensor]:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
-    - one whose graph reads such a buffer: realized now (a view of one: copied first);
+    - one whose graph reads such a buffer: realized now (a view that doesn't begin from all of it: copied first);
     - one that is such a buffer, whole, or a view of it: left as it is, it holds or shows what is written (returned:
-      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too and the buffer was never assigned (two LayerNorms' weights,
-      each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each holds its own."""
+      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too and the buffer was
+      never assigned (two LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then
+      copied, so that each holds its own."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in skip}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
@@ -2667,11 +2666,12 @@ class Tensor:
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed. A view of part of a buffer
     stays one (its copy is made for the call), so that a write through it still reaches the buffer."""
-    if not _whole_buffer(self.uop):
+    if (whole := _whole_view_of(self.uop)) is None:  # (all of a buffer, or of a write into one, is it)
       if self._base() is not None: return self.contiguous().realize().buffer()
       self.uop = self.contiguous().realize().uop
-    if (writer := self.uop.src[0].arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
-    return self.uop.src[0].arg
+      whole = self.uop.src[0]
+    if (writer := whole.arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
+    return whole.arg
   def tolist(self):
     vals = list(decoded(self.dtype, self.buffer().copyout()))
     for k in range(self.ndim - 1, 0, -1):  # rows of dim k, innermost first; counted, so a size 0 anywhere works
@@ -5719,7 +5719,8 @@ class TinyJit:
     return self if obj is None else functools.partial(self.__call__, obj)
   def __call__(self, *args, **kwargs):
     # a view of part of a buffer (X[k:k+2]) is given as a copy: a replay binds the given tensors' buffers, whole
-    args, kwargs = mapped((args, kwargs), lambda t: t.contiguous() if t._base() is not None else t)
+    def whole(t:Tensor) -> Tensor: return t if _whole_view_of(t.uop) is not None or t._base() is None else t.clone()
+    args, kwargs = mapped((args, kwargs), whole)
     given: list[Buffer] = []  # the tensors' buffers, each once
     key = (tuple(kwargs), *[signature(x, given) for x in (*args, *kwargs.values())])
     try: replay = self.replays.get(key)
