@@ -5058,6 +5058,29 @@ def test_ints_past_their_range_and_16_bit_floats_in_pow_division_and_float_compo
     [0.0, 1.0, 49920.0, 0.83349609375, 1.0]  # (torch's)
   assert (Tensor([3.0], dtype=dtypes.bfloat16, device=device) ** 20).tolist() == [3489660928.0]  # (torch's)
 
+def test_composites_at_their_edges_as_torch_and_tinygrad():
+  big = [7.0, 1e8, 1e10, 1e30]  # (relu(x) - relu(x - 6) cancelled: 1e8 gave 8, 1e10 gave 0)
+  assert Tensor(big).relu6().tolist() == [6.0] * 4 and Tensor(big).hardsigmoid().tolist() == [1.0] * 4
+  x = Tensor([2.0, -3.0, math.inf], requires_grad=True)
+  (x ** 0).sum().backward()  # (1, with pow's slope: no gradient at all came back)
+  assert (x ** 0).tolist() == [1.0] * 3 and x.grad.tolist() == [0.0] * 3
+  x = Tensor([5e3, 1e5], requires_grad=True)
+  x.acosh().sum().backward()  # (nan: the unused side of a where, log(0))
+  assert_close(x.grad.tolist(), [1 / math.sqrt(v * v - 1) for v in (5e3, 1e5)], rtol=1e-5)
+  x = Tensor([50.0, 200.0], requires_grad=True)
+  x.sinh().sum().backward()  # (nan where the slope overflows: 0.5 / e^2's, 0 * inf)
+  assert math.isclose(x.grad.tolist()[0], math.cosh(50.0), rel_tol=1e-5) and x.grad.tolist()[1] == math.inf
+  logits = Tensor([[0.0, -math.inf, 1.0, 2.0]], requires_grad=True)  # a class masked out: 0 * -inf gave nan
+  want = math.log(1 + math.e + math.e ** 2)
+  assert math.isclose(logits.cross_entropy(Tensor([0])).item(), want, rel_tol=1e-6)
+  assert math.isclose(logits.sparse_categorical_crossentropy(Tensor([0])).item(), want, rel_tol=1e-6)
+  logits.cross_entropy(Tensor([0])).backward()
+  assert logits.grad.tolist()[0][1] == 0.0
+  with pytest.raises(ValueError, match="float"): Tensor.rand(3, dtype=dtypes.int32)
+  with pytest.raises(ValueError, match="smaller"): Tensor.ones(3, 4).pad_to(2, 5)
+  assert Tensor.ones(3, 1).expand(None, 4).shape == (3, 4) and Tensor.ones(3).expand(4, None).shape == (4, 3)
+  assert Tensor.ones(2, 3, 5).T.shape == (3, 2, 5) and Tensor.ones(3).T.shape == (3,)  # (tinygrad's: dims 0 and 1)
+
 def test_small_dtypes_keep_their_dtype_through_composites():  # each came back wider (the -1 or the 1 of a constant)
   assert Tensor([0, 5, 200], dtype=dtypes.uint8).sign().dtype == dtypes.uint8
   assert Tensor([0, 5, 200], dtype=dtypes.uint8).sign().tolist() == [0, 1, 1]

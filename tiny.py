@@ -1234,6 +1234,7 @@ class Tensor:
   @creates
   def rand(*shape, dtype=None, device=None, contiguous=True) -> Tensor:
     bits, dtype = Tensor._bits(Tensor._unpack(shape), device), dtypes.of(dtype or dtypes.default_float)
+    if not dtypes.is_float(dtype): raise ValueError(f"rand makes floats, not {dtype.name}")  # (tinygrad's error type)
     kept = {dtypes.half: 11, dtypes.bfloat16: 8}.get(dtype, 24)  # a fraction of the bits dtype holds: below 1, exact
     return ((bits >> (32 - kept)).cast(dtypes.float) * (1 / 2**kept)).cast(dtype)
   @creates
@@ -1492,7 +1493,7 @@ class Tensor:
       return (e + e / (e + 1)) / 2
     def far(y:Tensor) -> Tensor:  # (e^y - e^-y) / 2, e^y as (e^(y/2))^2: finite as far as sinh is (89, not 88.7)
       e = (y / 2).exp()
-      return e * (e * 0.5) - 0.5 / (e * e)
+      return e * (e * 0.5) - 0.5 * (-y).exp()  # (not 0.5 / e^2: past e = inf its slope is 0 * inf, nan)
     return self._odd(lambda a: a._near(0, 1, near, far))
   @via_float32
   def cosh(self) -> Tensor:  # (its slope, sinh x, keeps its precision near 0, where (e^x - e^-x) / 2 cancels)
@@ -1504,8 +1505,8 @@ class Tensor:
   @via_float32
   def acosh(self) -> Tensor:  # below 2, log1p(x - 1 + sqrt(x - 1) sqrt(x + 1)) (at 1, the slope inf, not 0 * inf)
     def far(a:Tensor) -> Tensor:  # log(x + sqrt(x^2 - 1))
-      outside = -(a - (a.square() - 1).sqrt()).log()  # below -1: the same nan and slope, without cancelling to log(0)
-      return (a < 0).where(outside, a._arc(-1))
+      b = (a < 0).where(a, -2)  # below -1: the same nan and slope, without cancelling to log(0) (-2 where unused)
+      return (a < 0).where(-(b - (b.square() - 1).sqrt()).log(), a._arc(-1))
     return self._float()._near(1, 2, lambda b: (b - 1 + (b - 1).sqrt() * (b + 1).sqrt())._log1p(), far)
   def _arc(self, c:int) -> Tensor:  # log(x + sqrt(x^2 + c)); past 1e18, log(2x): x^2 + c is x^2 there, and a
     # float32's x^2 overflows at 1.8e19
@@ -1600,7 +1601,7 @@ class Tensor:
     if self.dtype in dtypes.narrow:  # a 16-bit float's, in float32, rounded once (as torch's)
       return self.float().pow(x).cast(dtypes.promote(self.dtype, x.dtype) if isinstance(x, Tensor) else self.dtype)
     if isinstance(x, float) and x.is_integer() and 0 <= x <= 64 and dtypes.is_float(self.dtype): x = int(x)  # x ** 2.0
-    if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 64:
+    if isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 64:  # (x^0: below, with pow's slope, 0)
       out, base = self.ones_like(), self
       for bit in reversed(bin(x)[2:]):  # the lowest first
         if bit == "1": out = out * base
@@ -1639,7 +1640,7 @@ class Tensor:
   # (the reflected operators, 2 - t, and the in-place ones, t -= 2, are made from one table after the class)
 
   # --- activations
-  def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
+  def relu6(self) -> Tensor: return (self > 6).where(6, self.relu())  # (not relu(x) - relu(x - 6): 1e8 gave 8)
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
   def leaky_relu(self, neg_slope=0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def elu(self, alpha=1.0) -> Tensor: return self._positive_or(lambda x: alpha * x._expm1())
@@ -1670,7 +1671,7 @@ class Tensor:
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softsign(self) -> Tensor: return self / (1 + self.abs())
   def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor:
-    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+    return (alpha * self + beta).clip(0, 1)
   def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
   def logsigmoid(self) -> Tensor: return -(-self).softplus()
 
@@ -1857,7 +1858,8 @@ class Tensor:
     return self._view(("permute", order))
   def expand(self, *shape) -> Tensor:
     shape = Tensor._unpack(shape)
-    shape = check_shape(tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
+    shape = check_shape(tuple(o if s is None or s == -1 else s  # (None, as -1: the size it has)
+                              for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
     if broadcast_shape(self.shape, shape) != shape: raise ShapeError(f"can't expand {self.shape} to {shape}")
     return self._expand(shape)
   def _expand(self, shape:tuple[int, ...]) -> Tensor:  # to a shape it broadcasts to: dims of 1 in front, then expanded
@@ -1920,7 +1922,7 @@ class Tensor:
     order[a], order[b] = order[b], order[a]
     return self.permute(order)
   @property
-  def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
+  def T(self) -> Tensor: return self.transpose() if self.ndim > 1 else self  # (dims 0 and 1 swapped, as tinygrad's)
   def squeeze(self, dim=None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     d = self._dim(dim)
@@ -2189,6 +2191,8 @@ class Tensor:
   def pad_to(self, *shape, value=0.0) -> Tensor:  # padded after, to shape (None: as it is)
     shape = Tensor._unpack(shape)
     if len(shape) != self.ndim: raise ShapeError(f"pad_to {shape} doesn't match shape {self.shape}")
+    if any(s is not None and s < n for s, n in zip(shape, self.shape)):
+      raise ValueError(f"can't pad {self.shape} to the smaller {shape}")  # (tinygrad's error)
     return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
   def shrink_to(self, *shape) -> Tensor:
     return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
@@ -2455,7 +2459,8 @@ class Tensor:
                        f"of the logits' shape, got {Y.shape}")
     if Y.shape == indices: Y = Y._one_hot(self.shape[classes], classes).cast(self.dtype)  # (a half's loss stays half)
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[classes]
-    return -(self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
+    # (0 where Y is: a class masked to -inf would give 0 * -inf, nan)
+    return -(Y == 0).where(0, self.log_softmax(classes) * Y).sum(classes)._reduction(reduction)
   def nll_loss(self, Y:Tensor, weight:Tensor|None=None, ignore_index:int|None=None, reduction="mean") -> Tensor:
     if self.ndim == 1:  # one sample, (C,), and a 0-d target: as a batch of one
       loss = self.unsqueeze(0).nll_loss(Y.reshape(1), weight, ignore_index, reduction)
@@ -2468,8 +2473,8 @@ class Tensor:
   def sparse_categorical_crossentropy(self, Y:Tensor, ignore_index=-1, label_smoothing=0.0, reduction="mean") -> Tensor:
     """Logits (..., C) against class indices (...), ignore_index's not counted."""
     logp, keep = self.log_softmax(-1), (Y != ignore_index)
-    picked = (logp * Y.one_hot(self.shape[-1])).sum(-1)
-    loss = -((1 - label_smoothing) * picked + label_smoothing * logp.mean(-1)) * keep
+    picked = Y.one_hot(self.shape[-1]).cast(dtypes.bool).where(logp, 0).sum(-1)  # (a class at -inf: not 0 * -inf)
+    loss = -((1 - label_smoothing) * picked + (label_smoothing * logp.mean(-1) if label_smoothing else 0)) * keep
     return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
   @composite
   def binary_crossentropy(self, Y:Tensor, reduction="mean") -> Tensor:
