@@ -4943,6 +4943,32 @@ def test_embedding_picks_rows_and_sums_their_gradients():
   with pytest.raises(IndexError, match="ints"): emb.weight[Tensor([1.0])]  # (tinygrad's error type)
 
 
+def test_lstm_cell_steps_as_its_equations_say_and_an_optimizer_group_steps_each_optimizer():
+  cell = tiny.nn.LSTMCell(3, 5)
+  assert list(tiny.nn.state.get_state_dict(cell)) == ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+  cell.bias_ih.assign(Tensor(rand_list((20,), 3)))
+  w_ih, w_hh, b_ih, b_hh = (t.tolist() for t in (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh))
+  def ref(x, h, c):  # one row: gates = W_ih x + b_ih + W_hh h + b_hh, split in 4 (input, forget, cell, output)
+    gates = [sum(w * v for w, v in zip(w_ih[k], x)) + b_ih[k] + sum(w * v for w, v in zip(w_hh[k], h)) + b_hh[k]
+             for k in range(20)]
+    sig = lambda v: 1 / (1 + math.exp(-v))
+    i, f, g, o = (gates[5 * n:5 * n + 5] for n in range(4))
+    c = [sig(f[k]) * c[k] + sig(i[k]) * math.tanh(g[k]) for k in range(5)]
+    return [sig(o[k]) * math.tanh(c[k]) for k in range(5)], c
+  xs = rand_list((2, 3), 4)
+  h, c = cell(Tensor(xs))
+  h, c = cell(Tensor(xs), (h, c))
+  want = [ref(x, *ref(x, [0.0] * 5, [0.0] * 5)) for x in xs]
+  assert_close(h.tolist(), [w[0] for w in want], rtol=1e-5)
+  assert_close(c.tolist(), [w[1] for w in want], rtol=1e-5)
+  a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=True)
+  group = tiny.nn.optim.OptimizerGroup(tiny.nn.optim.SGD([a], lr=0.5), tiny.nn.optim.SGD([b], lr=0.25))
+  (a.sum() + 4 * b.sum()).backward()
+  group.step()
+  assert a.tolist() == [0.5, 1.5] and b.tolist() == [2.0] and group[1].lr.tolist() == [0.25]
+  group.zero_grad()
+  assert a.grad is None and b.grad is None
+
 # --- the wider Tensor: each composite against a pure-Python reference, forward and (where it has one) gradient
 
 def check_op(tiny_fn, ref_fn, *inputs, grad=True, rtol=1e-4, atol=1e-5, **kw):

@@ -2985,6 +2985,14 @@ class LAMB(AdamW):
     super().__init__(params, lr, b1, b2, eps, weight_decay)
     self.trust = not adam
 
+class OptimizerGroup(Optimizer):
+  """Several optimizers stepped as one (tinygrad's): each its own parameters."""
+  def __init__(self, *optimizers:Optimizer): self.optimizers = optimizers  # (no learning rate of its own)
+  def __getitem__(self, i:int) -> Optimizer: return self.optimizers[i]
+  def zero_grad(self):
+    for o in self.optimizers: o.zero_grad()
+  def schedule_step(self) -> list[Tensor]: return [t for o in self.optimizers for t in o.schedule_step()]
+
 # Layers: thin wrappers over Tensor methods, with tinygrad's parameter names and initialization, so that state dict keys
 # match tinygrad's (and torch's)
 
@@ -3108,6 +3116,20 @@ class Embedding:
   def __call__(self, idx:Tensor) -> Tensor:  # (an index out of range, -1 too, gives zeros, as tinygrad's)
     return self.weight[(idx < 0).where(self.vocab_sz, idx)]
 
+class LSTMCell:
+  def __init__(self, input_size:int, hidden_size:int, bias=True):
+    bound = 1 / math.sqrt(hidden_size)
+    self.weight_ih = parameter(Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound))
+    self.weight_hh = parameter(Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound))
+    self.bias_ih, self.bias_hh = (parameter(Tensor.zeros(hidden_size * 4)) if bias else None for _ in range(2))
+  def __call__(self, x:Tensor, hc:tuple[Tensor, Tensor]|None=None) -> tuple[Tensor, Tensor]:
+    """One step: the hidden and cell states after x (batch, input_size), from the last ones (or zeros)."""
+    h, c = hc or (Tensor.zeros(x.shape[0], self.weight_hh.shape[1], dtype=x.dtype, device=x.device),) * 2
+    gates = x.linear(self.weight_ih.T, self.bias_ih) + h.linear(self.weight_hh.T, self.bias_hh)
+    i, f, g, o = gates.chunk(4, dim=1)  # input, forget, cell and output gates
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c.tanh(), c
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Weights on disk: a model's tensors by name, and safetensors files: an 8-byte little-endian header length, a JSON
 # header of each tensor's dtype, shape and byte offsets in the data, then the data, little-endian.
@@ -3188,14 +3210,15 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
     out[name].buffer().copyin(data[start:end])
   return out
 
-nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW, LAMB=LAMB),
+nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW, LAMB=LAMB,
+                                                       OptimizerGroup=OptimizerGroup),
                            state=types.SimpleNamespace(get_state_dict=get_state_dict, get_parameters=get_parameters,
                                                        load_state_dict=load_state_dict, safe_save=safe_save,
                                                        safe_load=safe_load),
                            Linear=Linear, Conv1d=Conv1d, Conv2d=Conv2d, ConvTranspose1d=ConvTranspose1d,
                            ConvTranspose2d=ConvTranspose2d, LayerNorm=LayerNorm, LayerNorm2d=LayerNorm2d,
                            GroupNorm=GroupNorm, InstanceNorm=InstanceNorm, RMSNorm=RMSNorm, BatchNorm=BatchNorm,
-                           BatchNorm2d=BatchNorm, BatchNorm3d=BatchNorm, Embedding=Embedding)
+                           BatchNorm2d=BatchNorm, BatchNorm3d=BatchNorm, Embedding=Embedding, LSTMCell=LSTMCell)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it is
