@@ -3473,6 +3473,9 @@ def test_jit_reads_data_it_makes_as_captured_and_refuses_data_that_changes():
   counting = tiny.TinyJit(count)
   counting(Tensor(x))
   with pytest.raises(RuntimeError, match="changed between its first two calls"): counting(Tensor(x))
+  # values read while captured raise: a replay would repeat the second call's (x * 2 for a sum of 3)
+  for read in (lambda a: a * a.sum().item(), lambda a: Tensor(a.tolist()), lambda a: a.masked_select(a > 1)):
+    with pytest.raises(RuntimeError, match="read a tensor's values"): tiny.TinyJit(read)(Tensor([1.0, 2.0]))
 
 def test_jit_takes_tensors_in_lists_tuples_and_dicts_and_refuses_an_unhashable_argument():
   jit = tiny.TinyJit(lambda pair, scales: pair[0] * scales["by"] + pair[1][1])
@@ -5083,6 +5086,18 @@ def test_ints_past_their_range_and_16_bit_floats_in_pow_division_and_float_compo
   assert (halves / Tensor([1e-5, 1e-5, 1e-5, 3.0, 65504.0], dtype=dtypes.half, device=device)).tolist() == \
     [0.0, 1.0, 49920.0, 0.83349609375, 1.0]  # (torch's)
   assert (Tensor([3.0], dtype=dtypes.bfloat16, device=device) ** 20).tolist() == [3489660928.0]  # (torch's)
+
+def test_tinygrad_forms_bytes_empty_data_uint64_indices_half_attention_and_unicode_ellipsis():
+  import struct
+  assert Tensor(struct.pack("<ff", 0.25, 1.5), dtype=dtypes.float32).tolist() == [0.25, 1.5]  # (its memory)
+  assert Tensor(bytes([1, 2, 3, 4]), dtype=dtypes.int16).tolist() == [513, 1027]
+  with pytest.raises(ValueError, match="bytes"): Tensor(bytes(3), dtype=dtypes.int16)
+  assert Tensor.ones(2, 0).data().tolist() == [] and Tensor([], dtype=dtypes.int32).data().shape == (0,)
+  x, i = Tensor([[1.0, 0.0], [0.0, 2.0]]), Tensor([1, 0, 1], dtype=dtypes.uint64)
+  assert x[i].tolist() == [[0.0, 2.0], [1.0, 0.0], [0.0, 2.0]] and i.one_hot(3).tolist()[0] == [0, 1, 0]
+  q = Tensor(rand_list((1, 3, 4), 5), dtype=dtypes.half)
+  assert q.scaled_dot_product_attention(q, q, is_causal=True).dtype == dtypes.half
+  assert Tensor.ones(2, 3, 4, 5).rearrange("a b … -> (a b) …").shape == (6, 4, 5)
 
 def test_composites_at_their_edges_as_torch_and_tinygrad():
   big = [7.0, 1e8, 1e10, 1e30]  # (relu(x) - relu(x - 6) cancelled: 1e8 gave 8, 1e10 gave 0)

@@ -1085,6 +1085,9 @@ class Tensor:
       try: raw = encoded(dtype, vals)
       except (struct.error, OverflowError):  # a float for an int, or out of the format's range: convert one by one
         raw = encoded(dtype, [truncate(dtype, _checked(dtype, v)) for v in vals])
+    elif isinstance(data, (bytes, bytearray)) and dtype is not None:  # memory of dtype's items, as tinygrad's
+      if len(data) % dtype.itemsize: raise ValueError(f"{len(data)} bytes aren't whole {dtype.name}s")
+      shape, raw = (len(data) // dtype.itemsize,), bytes(data)
     else:
       try: mv = memoryview(data)
       except TypeError: raise TypeError(f"can't make a Tensor from {type(data).__name__}") from None
@@ -1198,7 +1201,8 @@ class Tensor:
     return self._one_hot(num_classes).where(1, 0)
   def _one_hot(self, n:int, dim:int=-1) -> Tensor:  # a new dim of n (bool): [..., k, ...] is whether the element is k
     d = self._dim(dim, extra=1)
-    return self.unsqueeze(d) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - d))
+    at = self if self.dtype != dtypes.uint64 else self.cast(dtypes.int64)  # (no int holds both uint64 and the arange's)
+    return at.unsqueeze(d) == Tensor.arange(n, device=self.device).reshape(n, *(1,) * (self.ndim - d))
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
@@ -1991,6 +1995,7 @@ class Tensor:
     with every position along its dim, and the one it equals picks the element: an index out of range picks none: 0."""
     for i in idxs:
       if not dtypes.is_int(i.dtype): raise IndexError(f"a tensor index must be of ints or bools, not {i.dtype.name}")
+    idxs = [i.cast(dtypes.int64) if i.dtype == dtypes.uint64 else i for i in idxs]  # (no int holds it and arange's)
     try: shape = broadcast_shape(*[i.shape for i in idxs])
     except ShapeError as e: raise IndexError(f"index tensors: {e}") from None  # (numpy's and torch's error)
     rest = [d for d in range(self.ndim) if d not in dims]
@@ -2381,7 +2386,8 @@ class Tensor:
         raise RuntimeError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
       attn_mask = Tensor.ones(*scores.shape[-2:], dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
-      scores = scores + (attn_mask.where(0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
+      bias = attn_mask.where(0, -math.inf).cast(scores.dtype) if attn_mask.dtype == dtypes.bool else attn_mask
+      scores = scores + bias
     return scores.softmax(-1).dropout(dropout_p) @ value
   @staticmethod
   def einsum(formula:str, *operands, dtype=None) -> Tensor:
@@ -2425,7 +2431,7 @@ class Tensor:
       if not name: return group.split()
       return [] if name == "1" else [name]
     def side(text:str) -> list[list[str]]: return [names(*m) for m in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
-    left, right = formula.split("->")
+    left, right = formula.replace("…", "...").split("->")
     # the dims "..." stands for, named _0, _1, ... (side() counts "..." as one name: + 1)
     extra = self.ndim - len(side(left)) + 1 if "..." in left else 0
     lhs, rhs = [side(t.replace("...", " ".join(f"_{k}" for k in range(extra)))) for t in (left, right)]
@@ -2685,7 +2691,8 @@ class Tensor:
   def item(self):
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.reshape(()).tolist()
-  def data(self) -> memoryview: return memoryview(self._host()).cast(self.dtype.fmt, self.shape)
+  def data(self) -> memoryview:  # (an empty one's flat: a memoryview can't have a 0 in its shape)
+    return memoryview(self._host()).cast(self.dtype.fmt, *[self.shape] if self.numel() else [])
   def __reduce__(self):  # pickled (pickle, copy.deepcopy) as its values
     return Tensor._unpickled, (self.tolist(), self.shape, self.dtype, self.device, self.requires_grad)
   @staticmethod
@@ -5547,6 +5554,9 @@ class Buffer:
     Device[self.device].runtime.copyin(self.buf, src)
     self.note_write()
   def copyout(self) -> memoryview:
+    if capturing.now is not None:  # (a replay runs kernels only: what the call did with the values, it wouldn't redo)
+      raise RuntimeError("a TinyJit function read a tensor's values (item, tolist, numpy, to another device) while it "
+                         "was captured: its replays would repeat what it did with them. Read them outside the function")
     out = memoryview(bytearray(self.nbytes))
     Device[self.device].runtime.synchronize()
     Device[self.device].runtime.copyout(out, self.buf)
@@ -5733,8 +5743,8 @@ class TinyJit:
   What a replay reads: the given tensors' buffers; the tensors the function reads without being given them (weights),
   where they were at capture, each pending write into them run first; data the function makes of Python values, as
   the second call made it, filled again each replay (so data that changed between the first two calls raises; rand's
-  is drawn anew each replay, as the call would have). Python
-  control flow that depends on tensor values goes as it went on the second call. Each call's outputs (the tensors in
+  is drawn anew each replay, as the call would have). Reading a tensor's values while captured raises (what the call
+  did with them, a replay wouldn't redo), as tinygrad's. Each call's outputs (the tensors in
   what it returns, however nested) are new buffers, so a result keeps its values after later calls. What was lazy
   before a capturing call is realized first; writes the function leaves pending are part of its step; a replay
   realizes what reads the buffers it writes in place first, as assign() does. A TinyJit called by another's function,
