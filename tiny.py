@@ -416,7 +416,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     """The same values, as a view the gradient walk stops at: the walk steps back along a view's moves (see Views),
     and this one's tracker records the move "detach" with none before it. A view of a buffer stays one view of it;
     any other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
-    if self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER: base, st = self.src[0], self.arg
+    if self.in_memory: base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes: composites do not replay it)
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
@@ -450,6 +450,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
     arg = self.arg.id if self.op is Ops.RANGE else repr(self.arg)
     # (False < True: a constant sorts last, so a sum is x+3, never 3+x)
     return (self.op is Ops.CONST, self.op.value, repr(self.dtype), arg, tuple(s.key for s in self.src))
+  @property
+  def in_memory(self) -> bool: return self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER  # a view of a buffer
   @functools.cached_property
   def buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads: how assign() finds what reads a buffer
     # sources first, and only the ones not known yet: a graph built on one asked before walks its new part
@@ -2666,7 +2668,7 @@ class Tensor:
     trained_from = reading_trainable(computed)
     for t, view in zip(group, plan.root_views):
       # read from memory already (a view of a buffer stays one: a write through it reaches the buffer)
-      if view is None or (t.uop.op is Ops.VIEW and t.uop.src[0].op is Ops.BUFFER):
+      if view is None or t.uop.in_memory:
         t.uop = realized_view(t.uop) or t.uop
       elif (buffer := _aliased(t.uop)) is not None:  # a view of a write: of its buffer now, still shared
         t.uop = _moved_over(t.uop, UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,))))
@@ -2827,7 +2829,7 @@ def make_trainable(t:Tensor):
   trainable_nodes.add(_held_in(t.uop))
 def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into a view of one, holds
   if u.op is Ops.ASSIGN: u = u.src[0]
-  return u.src[0] if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else u
+  return u.src[0] if u.in_memory else u
 def reading_trainable(roots:list[UOp]) -> set[UOp]:
   """The roots whose graphs read a tensor requiring grad: through their sources, and what a realized node was computed
   from. It may find more than gradients reach (a detached view's graph). Each walk stops at the first it finds and
@@ -3290,6 +3292,7 @@ def structure(roots:list[UOp], device:str) -> tuple[Structure, list[Buffer], lis
       arg = u.arg.bare if u.op is Ops.VIEW else u.arg  # (a view's arg without the moves that made it)
       entries.append(Computed(u.op, u.dtype, arg_key(arg), tuple(map(entry_of.__getitem__, u.src))))
     else:
+      # (u.in_memory written out: this runs per node of every realize, where the property's call cost 2% of a step)
       view = u if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER else realized_view(u)
       if view is None:  # computed: its sources first
         stack += [(u, True)] + [(s, False) for s in u.src]
@@ -3400,7 +3403,7 @@ def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was re
   return u
 
 def _whole_buffer(u:UOp) -> bool:
-  return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
+  return u.in_memory and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
 def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a view of it, or a write into it
   if u.op is Ops.ASSIGN: u = u.src[0]
   elif u.op is Ops.VIEW and u.src[0].op is Ops.ASSIGN and u.arg.is_contiguous and prod(u.shape) == prod(u.src[0].shape):
@@ -5768,7 +5771,7 @@ class TinyJit:
     if replay is not None: return replay(given)
     if capturing.now is None:  # what was computed or written lazily before the call is realized now: inside the
       # capture, every replay would compute it, or write it, again
-      def is_lazy(u:UOp) -> bool: return bool(u.buffers) and not (u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER)
+      def is_lazy(u:UOp) -> bool: return bool(u.buffers) and not u.in_memory
       if lazy := [t for t in Tensor._alive() if is_lazy(t.uop)]: Tensor.realize(*lazy)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try:
