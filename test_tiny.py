@@ -4468,6 +4468,34 @@ def test_aliases_of_one_buffer_follow_every_write():
   t *= 2
   assert row.tolist() == [[10.0, 22.0], [14.0, 26.0]] and doubled.tolist() == [[4.0, 6.0], [10.0, 12.0]]
 
+def test_views_stay_views_read_detached_made_contiguous_or_made_twice():
+  t = Tensor([[1.0], [2.0], [3.0]]).realize()
+  r = t.reshape(3)
+  t += 10
+  d = r.detach()  # (of a view of a pending write: it became a copy)
+  t.assign(Tensor.full((3, 1), 5.0))
+  assert d.tolist() == [5.0] * 3
+  t = Tensor([1.0, 2.0]).realize()
+  e = t.unsqueeze(0).expand(2, 2)
+  assert e.tolist() == [[1.0, 2.0]] * 2  # (read: it became a copy)
+  t[0:1] = 7
+  assert e.tolist() == [[7.0, 2.0]] * 2
+  t = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  t += 1
+  c = t.reshape(2, 2).contiguous()  # (all of a pending write: itself, as torch's contiguous of a contiguous tensor)
+  t.assign(Tensor.zeros(4))
+  assert c.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+  t = Tensor([1.0, 2.0, 3.0]).realize()
+  a, b = t.reshape(1, 3), t.reshape(1, 3)  # (equal views of one tensor: b was copied at a's write)
+  a += 1
+  b += 1
+  assert t.tolist() == [3.0, 4.0, 5.0] and a.tolist() == b.tolist() == [[3.0, 4.0, 5.0]]
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  t = (x * 2).realize()
+  t *= 3
+  t.tolist()  # (the write realized: t's gradient, through what it was computed from before, would be x * 2's)
+  with pytest.raises(RuntimeError, match="written itself"): t.sum().backward()
+
 def test_tensors_computed_before_an_assign_keep_their_values_and_views_show_it():  # (as torch's, numpy's)
   a = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, 3).contiguous().realize()
   doubled, moved, flipped, part = a * 2, a.T, a.flip(1), a[1, ::2]  # lazy, each reading a's buffer

@@ -416,7 +416,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     """The same values, as a view the gradient walk stops at: the walk steps back along a view's moves (see Views),
     and this one's tracker records the move "detach" with none before it. A view of a buffer stays one view of it;
     any other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
-    if self.in_memory: base, st = self.src[0], self.arg
+    if self.op is Ops.VIEW and self.src[0].op in (Ops.BUFFER, Ops.ASSIGN): base, st = self.src[0], self.arg
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes: composites do not replay it)
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
@@ -2203,8 +2203,8 @@ class Tensor:
     return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
   def shrink_to(self, *shape) -> Tensor:
     return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
-  def contiguous(self) -> Tensor:  # (an assign is stored in its own buffer)
-    return self if _whole_buffer(self.uop) or self.uop.op is Ops.ASSIGN else self.clone()
+  def contiguous(self) -> Tensor:  # (all of a buffer, or of a write into one, is itself)
+    return self if _whole_view_of(self.uop) is not None else self.clone()
   def clone(self, device:str|None=None) -> Tensor:  # a copy (on device, where one is given)
     if device is not None and Device.canonical(device) != self.device: return self.to(device)
     return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -2624,8 +2624,9 @@ class Tensor:
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written
-        (sharing if t.uop not in skipped_nodes or whole.arg.assigned else readers).append(t)
+      if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written (a view made by moves, too)
+        shared = t.uop not in skipped_nodes or whole.arg.assigned or (t.uop.op is Ops.VIEW and t.uop.arg.before)
+        (sharing if shared else readers).append(t)
       else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
@@ -2680,7 +2681,7 @@ class Tensor:
     """The device memory holding this tensor, computing it (contiguous) first if needed. A view of part of a buffer
     stays one (its copy is made for the call), so that a write through it still reaches the buffer."""
     if (whole := _whole_view_of(self.uop)) is None:  # (all of a buffer, or of a write into one, is it)
-      if self._base() is not None: return self.contiguous().realize().buffer()
+      if _aliased(self.uop) is not None: return self.contiguous().realize().buffer()
       self.uop = self.contiguous().realize().uop
       whole = self.uop.src[0]
     if (writer := whole.arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
@@ -2802,9 +2803,10 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   # its buffer, a leaf (see Tensor._realized)
   if u.op is Ops.ASSIGN: return () if realized_view(u) is not None else (u.src[1],)
   if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None:
-    if last_write(found.graph) > found.when:
-      raise RuntimeError("a gradient runs through a result realized from tensors written since (an assign, an "
-                         f"optimizer's step): it would be taken at their new values. Compute it again ({u.shape})")
+    if max(last_write(found.graph), u.src[0].arg.written) > found.when:  # (its sources, or itself, written)
+      raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself "
+                         f"(an assign, an optimizer's step): it would be taken at new values. Compute it again "
+                         f"({u.shape})")
     return (found.graph,)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
