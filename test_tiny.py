@@ -5110,6 +5110,9 @@ def test_ints_past_their_range_and_16_bit_floats_in_pow_division_and_float_compo
   assert Tensor([-30000, 30000], dtype=dtypes.int16, device=device).logsumexp().item() == 30000.0
   assert Tensor([-2**31, 0], device=device).isclose(Tensor([2**31 - 1, -2**31], device=device)).tolist() == [False] * 2
   assert (Tensor([3.0], dtype=dtypes.half, device=device) ** 9).tolist() == [19680.0]  # (not 19696: rounded each step)
+  bools = Tensor([True, False], device=device)  # (bool ** 2 was bool, ** 100 float: an int's power is an int)
+  assert [(bools ** e).dtype for e in (2, 100, 2.5, True)] == [dtypes.int32] * 2 + [dtypes.float32, dtypes.bool]
+  assert (bools ** 100).tolist() == [1, 0]
   halves = Tensor([0.0, 1e-5, 0.5, 2.5, 65504.0], dtype=dtypes.half, device=device)  # (1e-5: 1/x is inf in float16)
   assert (halves / Tensor([1e-5, 1e-5, 1e-5, 3.0, 65504.0], dtype=dtypes.half, device=device)).tolist() == \
     [0.0, 1.0, 49920.0, 0.83349609375, 1.0]  # (torch's)

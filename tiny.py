@@ -1604,6 +1604,8 @@ class Tensor:
     2^(x log2 |base|), negative where the base is and the power is odd, nan for a finite negative base to a non-integer
     power, 1 for x^0, 1^y and (-1)^inf, as C's pow. That value is a POW node's, whose gradient is pow's own (torch's),
     not that of the ops that compute it (nan at a zero base)."""
+    if self.dtype == dtypes.bool and (wider := self._const(x).dtype) != dtypes.bool:  # bools as numbers: True ** 2 is 1
+      return self.cast(wider).pow(x)
     if self.dtype in dtypes.narrow:  # a 16-bit float's, in float32, rounded once (as torch's)
       return self.float().pow(x).cast(dtypes.promote(self.dtype, x.dtype) if isinstance(x, Tensor) else self.dtype)
     if isinstance(x, float) and x.is_integer() and 0 <= x <= 64 and dtypes.is_float(self.dtype): x = int(x)  # x ** 2.0
