@@ -2680,8 +2680,9 @@ class Tensor:
         if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
-    """The device memory holding this tensor, computing it (contiguous) first if needed. A view of part of a buffer
-    stays one (its copy is made for the call), so that a write through it still reaches the buffer."""
+    """The device memory holding this tensor, computing it (contiguous) first if needed. A view of a buffer stays
+    one (its copy is made for the call), so that it still shows the buffer's writes, and a write through it reaches
+    the buffer."""
     if (whole := _whole_view_of(self.uop)) is None:  # (all of a buffer, or of a write into one, is it)
       if _aliased(self.uop) is not None: return self.contiguous().realize().buffer()
       self.uop = self.contiguous().realize().uop
