@@ -1794,6 +1794,14 @@ def test_arange_of_values_past_int32():
 def test_dtypes_min_and_max(dtype, lo, hi):
   assert (dtypes.min(dtype), dtypes.max(dtype)) == (lo, hi) and type(dtypes.min(dtype)) is type(lo)
 
+def test_dtypes_finfo_and_bitsize():  # the mantissa's bits: the last k where 1 + 2^-k still differs from 1
+  import struct
+  for d, fmt in [(dtypes.half, "e"), (dtypes.float32, "f"), (dtypes.float64, "d")]:
+    bits = max(k for k in range(1, 60) if struct.unpack(fmt, struct.pack(fmt, 1 + 2**-k))[0] != 1)
+    assert dtypes.finfo(d) == (d.bitsize - 1 - bits, bits) and d.bitsize == 8 * struct.calcsize(fmt)
+  assert dtypes.finfo(dtypes.bfloat16) == (8, 7)  # (float32's exponent, in 16 bits)
+  with pytest.raises(ValueError, match="float"): dtypes.finfo(dtypes.int32)
+
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_stack_takes_a_list_a_tuple_or_tensors(dim):
   a, b, c = rand_list((3, 7), 117), rand_list((3, 7), 118), rand_list((3, 7), 119)

@@ -90,6 +90,8 @@ class DType:
   def min(self): return dtypes.min(self)
   @property
   def max(self): return dtypes.max(self)
+  @property
+  def bitsize(self) -> int: return 8 * self.itemsize
   def __repr__(self): return f"dtypes.{self.name}"
 
 # an unknown dtype name: an AttributeError, as tinygrad's (it looks the name up on dtypes), and a TypeError, as Python's
@@ -149,6 +151,10 @@ class dtypes:
     if isinstance(x, DType): return x
     if isinstance(x, str) and isinstance(getattr(dtypes, x, None), DType): return getattr(dtypes, x)
     raise UnknownDType(f"{x!r} is not a dtype; use one of {', '.join(d.name for d in dtypes.all)}")
+  @staticmethod
+  def finfo(d:DType) -> tuple[int, int]:  # a float's exponent and mantissa bits (tinygrad's)
+    if not dtypes.is_float(d): raise ValueError(f"{d.name} is not a float dtype")
+    return {dtypes.half: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[d]
   @staticmethod
   def limits(d:DType) -> tuple:
     """The smallest and largest value of d: an int's range, False and True, -inf and inf (as tinygrad's min and max)."""
