@@ -5137,6 +5137,9 @@ def test_tinygrad_forms_bytes_empty_data_uint64_indices_half_attention_and_unico
   q = Tensor(rand_list((1, 3, 4), 5), dtype=dtypes.half)
   assert q.scaled_dot_product_attention(q, q, is_causal=True).dtype == dtypes.half
   assert Tensor.ones(2, 3, 4, 5).rearrange("a b … -> (a b) …").shape == (6, 4, 5)
+  for formula, sizes in [("a (b c -> a b c", {}), ("a (b (c)) -> a b c", {}), ("2b -> 2b", {}), ("_ -> _", {}),
+                         ("(a b) -> a b", {"a": 2, "e": 2})]:  # (unpaired, nested, not words, a size not used)
+    with pytest.raises(tiny.ShapeError, match="rearrange"): Tensor.ones(4).rearrange(formula, **sizes)
 
 def test_composites_at_their_edges_as_torch_and_tinygrad():
   big = [7.0, 1e8, 1e10, 1e30]  # (relu(x) - relu(x - 6) cancelled: 1e8 gave 8, 1e10 gave 0)

@@ -2441,7 +2441,14 @@ class Tensor:
       if not name: return group.split()
       return [] if name == "1" else [name]
     def side(text:str) -> list[list[str]]: return [names(*m) for m in re.findall(r"\(([^()]*)\)|([^\s()]+)", text)]
-    left, right = formula.replace("…", "...").split("->")
+    formula = formula.replace("…", "...")
+    if re.sub(r"\([^()]*\)|[^\s()]+", "", formula).strip():
+      raise ShapeError(f"rearrange {formula!r}: parentheses must pair, one deep")
+    words = re.findall(r"[^\s()]+", formula.replace("->", " "))
+    if bad := [w for w in words if w not in ("...", "1") and not (w.isidentifier() and w[0] != "_")] + \
+              [f"{k}=" for k in sizes if k not in words]:  # (einops' rules: names are words; each size is used)
+      raise ShapeError(f"rearrange {formula!r}: {', '.join(bad)} is not a dim's name")
+    left, right = formula.split("->")
     # the dims "..." stands for, named _0, _1, ... (side() counts "..." as one name: + 1)
     extra = self.ndim - len(side(left)) + 1 if "..." in left else 0
     lhs, rhs = [side(t.replace("...", " ".join(f"_{k}" for k in range(extra)))) for t in (left, right)]
