@@ -2632,15 +2632,16 @@ class Tensor:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     - one whose graph reads such a buffer: realized now (a view that doesn't begin from all of it: copied first);
     - one that is such a buffer, whole, or a view of it: left as it is, it holds or shows what is written (returned:
-      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too and the buffer was
-      never assigned (two LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then
-      copied, so that each holds its own."""
+      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, made by no move,
+      and the buffer was never assigned (two LayerNorms' weights, each ones(n): equal graphs are one node, realized
+      into one buffer): then copied, so that each holds its own."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in skip}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
-      if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written (a view made by moves, too)
-        shared = t.uop not in skipped_nodes or whole.arg.assigned or (t.uop.op is Ops.VIEW and t.uop.arg.before)
+      if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written
+        moved = t.uop.op is Ops.VIEW and t.uop.arg.before is not None  # (a view of one tensor: t.reshape(1, n))
+        shared = t.uop not in skipped_nodes or whole.arg.assigned or moved
         (sharing if shared else readers).append(t)
       else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
     for t in readers:
