@@ -3932,7 +3932,7 @@ def test_gradient_through_a_cast_and_a_contiguous():
 
 def test_a_view_of_a_realized_result_leads_its_gradient_back_after_the_result_is_gone():
   """What a result was computed from is noted on its buffer: a view taken of it, after its own tensor is dropped, still
-  leads the gradient back (it gave zeros, silently)."""
+  leads the gradient back (not zeros)."""
   x = Tensor([3.0, 1.0], requires_grad=True)
   assert (x * 2).realize()[0].gradient(x)[0].tolist() == [2.0, 0.0]
   s = (x * x).realize()
@@ -3944,8 +3944,8 @@ def test_a_view_of_a_realized_result_leads_its_gradient_back_after_the_result_is
 @pytest.mark.parametrize("move, rows", [(lambda t: t[::-1], (6.0, 6.0)), (lambda t: t[1:], (0.0, 6.0)),
                                         (lambda t: t.T, (6.0, 6.0)), (lambda t: t.reshape(3, 2), (6.0, 6.0))])
 def test_a_view_of_a_realized_result_realized_again_keeps_its_gradient(move, rows):
-  """realize() asks whether a graph reads a trainable tensor to note what it was computed from; a view of a realized
-  result whose own tensor is gone was answered no (the view it was taken of no longer lives), and x.grad was None."""
+  """realize() asks whether a graph reads a trainable tensor to note what it was computed from: a view of a realized
+  result whose own tensor is gone (the view it was taken of lives no more) does, so x.grad is not None."""
   x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
   z = (move((x * 2).realize()) * 3).realize()
   z.sum().backward()
@@ -3956,10 +3956,10 @@ def test_a_view_of_a_realized_result_realized_again_keeps_its_gradient(move, row
   assert loss.gradient(x)[0].tolist() == [[0.0, 16.0, 24.0], [0.0, 40.0, 48.0]]  # 8x where kept
 
 def test_an_assign_runs_once_and_an_equal_graph_gets_a_buffer_of_its_own():
-  """Laziness stays invisible across writes: an assign realized by a reader ran again when its own tensor was read
-  (the note of its run was a weak reference nothing held); and a tensor built as an earlier one was, realized while
-  that one had a write pending, shared its buffer (the earlier one's note still pointed there), so each write landed
-  in the other's memory."""
+  """Laziness stays invisible across writes: an assign realized by a reader runs once, not again when its own tensor
+  is read (its note of the run is held); and a tensor built as an earlier one was, realized while that one has a write
+  pending, gets a buffer of its own (not the one the earlier one's note points at), so neither write lands in the
+  other's memory."""
   w = Tensor([1.0, 2.0, 3.0]).reshape(3, 1)
   w += 1
   (w * 2).realize()
@@ -4021,7 +4021,7 @@ def test_a_tinyjit_capture_leaves_out_what_was_lazy_before_the_call_and_keeps_it
 
 def test_a_tensor_sharing_a_buffer_reads_a_write_pending_into_it_eagerly_and_under_tinyjit():
   """r shares w's buffer (a whole reshape); what is built from r after w.assign reads the write, even where the write
-  and the reader are realized together (they read the old value: nothing ordered the write first)."""
+  and the reader are realized together (the write is ordered first)."""
   def step(w:Tensor) -> Tensor:
     r = w.reshape(2, 2)
     w.assign(w * 2)
@@ -4035,7 +4035,7 @@ def test_a_tensor_sharing_a_buffer_reads_a_write_pending_into_it_eagerly_and_und
 
 def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
   """t[:3].assign(x), t[1][2] = 5, t.T[1, 0] = 5, t[::-1][0] = 5: written where the view reads, as torch's and
-  tinygrad's (the view wrote a copy of its own, and t stayed as it was); the view, and a tensor sharing the whole
+  tinygrad's (not into a copy of the view's own); the view, and a tensor sharing the whole
   buffer, read the write. A view that expands (a row read twice) still writes a copy."""
   t = Tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).contiguous().realize()
   whole = t.reshape(2, 3)
@@ -4072,7 +4072,7 @@ def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
 def test_gradients_through_writes_into_views_and_what_they_cant_give():
   """A write through a view of a tensor with a write pending passes gradients on to both writes (the view setitem
   picks, and the views it moves back through, realized the first as readers: a leaf); a gradient that needs a value a
-  pending write replaces (t *= v: v's is t's old value) raises rather than read the new one (it read 45 for 15)."""
+  pending write replaces (t *= v: v's is t's old value) raises rather than read the new one (45 for 15)."""
   x, v0, v1 = (Tensor(v, requires_grad=True) for v in ([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5, 7.0))
   t = x * 2
   t += v0
@@ -4095,7 +4095,7 @@ def test_a_tinyjit_replay_runs_a_write_pending_into_a_weight_first():  # (a lear
     assert f(Tensor([1.0, 1.0, 1.0])).tolist() == [v + 10 * i for v in (1.0, 2.0, 3.0)]
     w.assign(w + 10)  # pending
 
-def test_a_tinyjit_function_may_return_a_weight_it_reads():  # (the second call raised: "read a tensor returned")
+def test_a_tinyjit_function_may_return_a_weight_it_reads():  # (the second call, capturing, doesn't raise)
   w = Tensor([1.0, 2.0]).contiguous().realize()
   @tiny.TinyJit
   def f(x): return w, (x * w).realize()
@@ -4104,9 +4104,9 @@ def test_a_tinyjit_function_may_return_a_weight_it_reads():  # (the second call 
     assert same.tolist() == [1.0, 2.0] and y.tolist() == [i * 1.0, i * 2.0]
 
 def test_a_tinyjit_replay_makes_anew_the_buffers_its_call_made_and_fills_its_data_again():
-  """A tensor of Python data written in place inside the function starts from its data on each replay (it kept the
-  last replay's write); a tensor the function made and assigned is a new output each replay (one buffer was reused,
-  so a kept result changed)."""
+  """A tensor of Python data written in place inside the function starts from its data on each replay (not from
+  the last replay's write); a tensor the function made and assigned is a new output each replay (a result kept from
+  one replay doesn't change with the next)."""
   @tiny.TinyJit
   def bumped(x):
     t = Tensor([1.0, 2.0])
@@ -4122,7 +4122,7 @@ def test_a_tinyjit_replay_makes_anew_the_buffers_its_call_made_and_fills_its_dat
   kept = [written(Tensor([float(i), 0.0])) for i in range(5)]
   assert [k.tolist() for k in kept] == [[1.0 + i, 2.0] for i in range(5)]
 
-def test_a_raw_kernel_realizes_what_reads_its_buffers_first():  # as an assign does (it read the incremented values)
+def test_a_raw_kernel_realizes_what_reads_its_buffers_first():  # as an assign does (not the incremented values)
   a = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
   before = a * 2
   tiny.RawKernel("inc", "void inc(float* a) { for (int i = 0; i < 3; i++) a[i] += 1.0f; }")(a)
@@ -4193,8 +4193,8 @@ def test_a_gradient_reaches_a_tensor_with_a_write_pending_and_flows_into_the_wri
   assert z.sum().gradient(x)[0].tolist() == [[3.0, 3.0, 0.0], [0.0, 0.0, 0.0]]
 
 def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_raises():
-  """y keeps the value it had before x was written; its gradient would be taken at x's new value (it was, silently):
-  it raises, as torch's autograd does for a tensor modified in place."""
+  """y keeps the value it had before x was written; its gradient, taken at x's new value, would be
+  wrong: it raises, as torch's autograd does for a tensor modified in place."""
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
   y = (x * x).realize()
   x.assign(x + 1).realize()
@@ -5216,10 +5216,10 @@ def test_tinygrads_call_forms():
 
 def test_tinygrads_keywords_and_numpys_scalars():
   """tinygrad 0.14's dtype= (softmax's, matmul's, linear's, conv2d's), reverse= of the named binary ops, clone's
-  device, full's buffer= and rand's contiguous= (they raised TypeError); numpy's ints as sizes, dims and indices, and
-  numpy's scalars as operands (one numpy int in a graph failed at its kernel's cache file, and so did later graphs
-  of Python ints equal to it); negative repeats and an einsum output letter no operand has raise (they returned
-  the input, or the whole sum)."""
+  device, full's buffer= and rand's contiguous=; numpy's ints as sizes, dims and indices, and numpy's
+  scalars as operands (a numpy int in a graph, and later graphs of Python ints equal to it, reach their kernel's cache
+  file); negative repeats and an einsum output letter no operand has raise (rather than give the input, or the whole
+  sum)."""
   x = Tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
   assert x.softmax(-1, dtype=dtypes.half).dtype == x.log_softmax(dtype=dtypes.half).dtype == dtypes.half
   assert x.half().matmul(x.half().T, dtype=dtypes.float).dtype == dtypes.float
@@ -5297,7 +5297,7 @@ def test_an_index_picks_small_ints_with_one_load():
 
 def test_tinygrads_training_setting_and_nn_keywords(tmp_path):
   """tinygrad 0.14 trains under Context(TRAINING=1) (or TRAINING=1 in the environment): dropout and BatchNorm train
-  there too (they ran as in eval). nn.Conv2d takes padding="same"; load_state_dict takes consume= and realize= and
+  there too (not as in eval). nn.Conv2d takes padding="same"; load_state_dict takes consume= and realize= and
   returns what it loaded."""
   Tensor.manual_seed(0)
   with tiny.Context(TRAINING=1):
@@ -5828,8 +5828,8 @@ def test_to_copies_to_another_device_and_replace_stands_for_another_value():
   u = Tensor([0.0, 0.0, 0.0])
   assert u.replace(t * 2) is u and u.tolist() == [3.0, -4.0, 6.0]
   with pytest.raises(tiny.ShapeError, match="replace"): u.replace(Tensor([1.0]))
-  # writes pending into either run first: a's wasn't shared with b (b's later write changed a too), and the write
-  # into c reached r, which shares c's buffer (it was lost)
+  # writes pending into either run first: a's isn't shared with b (b's later write leaves a as it is), and the write
+  # into c reaches r, which shares c's buffer
   a, b = Tensor([1.0, 2.0]).contiguous().realize(), Tensor([5.0, 6.0]).contiguous().realize()
   a.assign(Tensor([3.0, 4.0]))
   b.replace(a).assign(Tensor([9.0, 9.0]))
