@@ -67,6 +67,7 @@ class Context(contextlib.ContextDecorator):
 def threads() -> int: return getenv("THREADS", os.cpu_count() or 1, least=1)  # CPU threads a big kernel splits across
 prod = math.prod
 def cdiv(a:int, b:int) -> int: return -(-a // b)
+def argsort(xs:Sequence) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)  # (a permutation's inverse)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # dtypes: what a value is in memory. `fmt` is the struct/buffer-protocol letter (bfloat16, which struct lacks, has "E":
@@ -1957,6 +1958,11 @@ class Tensor:
     """numpy's indexing: ints, slices, None and ... are views; int tensors (or lists) pick elements (see _pick), and a
     bool tensor picks those where it is True (the int tensors of its True places, read back to the host: the result's
     shape depends on the data)."""
+    x, dims, idxs = self._viewed(idx)
+    return x._pick(dims, idxs) if dims else x
+  def _viewed(self, idx) -> tuple[Tensor, list[int], list[Tensor]]:
+    """x[idx] in two parts: the view its ints, slices, None and ... take (int dims squeezed), and the int tensors that
+    pick along dims of that view."""
     if isinstance(idx, list) and any(isinstance(i, (slice, Tensor)) or i is None or i is Ellipsis for i in idx):
       idx = tuple(idx)  # (a list of slices or tensors is a tuple of them, as numpy's old rule and torch's)
     idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else
@@ -1996,13 +2002,36 @@ class Tensor:
         if step > 1: x = x._stride(dim, step)
       dim += width
     if squeeze: x = x.reshape(tuple(s for d, s in enumerate(x.shape) if d not in squeeze))
-    if not picks: return x
     # (each pick's dim less the int-indexed dims before it, squeezed above)
-    return x._pick([d - sum(1 for q in squeeze if q < d) for d, _ in picks], [i for _, i in picks])
+    return x, [d - sum(1 for q in squeeze if q < d) for d, _ in picks], [i for _, i in picks]
   def _pick(self, dims:list[int], idxs:list[Tensor]) -> Tensor:
     """x[..., i, ..., j, ...] for int tensors i, j at dims: the tensors broadcast to one shape, which takes the dims'
     place if they are side by side, else goes first (numpy's rule). Each index (negative ones from the end) is compared
     with every position along its dim, and the one it equals picks the element: an index out of range picks none: 0."""
+    hit, rest, order = self._hits(dims, idxs)
+    x = self.permute(*rest, *dims)
+    x = x.reshape(*x.shape[:len(rest)], *(1,) * (hit.ndim - self.ndim), *x.shape[len(rest):])  # (1s for the index)
+    return hit.where(x, 0).sum(tuple(range(-len(dims), 0))).cast(self.dtype).permute(order)  # (summed over the sizes)
+  def _put(self, dims:list[int], idxs:list[Tensor], v:Tensor) -> tuple[Tensor, Tensor]:
+    """_pick backwards: v (broadcast to what x[...] picks) put where it picks, and where that is (the last of v's
+    elements put on one place is the one it keeps, as numpy's)."""
+    hit, rest, order = self._hits(dims, idxs)
+    r, b = len(rest), hit.ndim - self.ndim  # (the index's dims, between rest and the picked dims)
+    v = v.expand(tuple((*[self.shape[d] for d in rest], *hit.shape[r:r + b])[o] for o in order)).permute(argsort(order))
+    written, v = hit._last_hit(v.reshape(*v.shape, *(1,) * len(dims)), tuple(range(r, r + b)))  # (*rest, *index, *1s)
+    back = argsort([*rest, *dims])  # (x's dims from rest's and dims' order)
+    return tuple(t.reshape(*t.shape[:r], *t.shape[r + b:]).permute(back).expand(self.shape) for t in (written, v))
+  def _last_hit(self, values:Tensor, axes:tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Where this bool tensor is True along axes, and the value at the last place it is (in C order): a running count
+    would store a value per place and hit, this compares each place's number with the last's."""
+    at = Tensor.arange(prod(self.shape[a] for a in axes), device=self.device)
+    at = at.reshape([s if a in axes else 1 for a, s in enumerate(self.shape)])
+    last = self.where(at, -1).max(axes, keepdim=True)
+    return last >= 0, (at == last).where(values, 0).sum(axes, keepdim=True)
+  def _hits(self, dims:list[int], idxs:list[Tensor]) -> tuple[Tensor, list[int], list[int]]:
+    """The indices of _pick compared with the places along their dims, laid out over (*rest, *index, *sizes) (the
+    other dims, the indices' broadcast shape, the sizes of their dims: 1 where it doesn't vary); the other dims; and
+    the order of the dims of a pick, from (*rest, *index) to numpy's."""
     for i in idxs:
       if not dtypes.is_int(i.dtype): raise IndexError(f"a tensor index must be of ints or bools, not {i.dtype.name}")
     idxs = [i.cast(dtypes.int64) if i.dtype == dtypes.uint64 else i for i in idxs]  # (no int holds it and arange's)
@@ -2010,47 +2039,32 @@ class Tensor:
     except ShapeError as e: raise IndexError(f"index tensors: {e}") from None  # (numpy's and torch's error)
     rest = [d for d in range(self.ndim) if d not in dims]
     sizes, ones_for_rest = [self.shape[d] for d in dims], (1,) * (self.ndim - len(dims))
-    # every operand is laid out over (*rest, *shape, *sizes), with a 1 where it doesn't vary
-    x = self.permute(*rest, *dims).reshape(*[self.shape[d] for d in rest], *(1,) * len(shape), *sizes)
     hit = None
     for k, (i, n) in enumerate(zip(idxs, sizes)):
       index = (i < 0).where(i + n, i)._expand(shape).reshape(*ones_for_rest, *shape, *(1,) * len(sizes))
       places = Tensor.arange(n, device=self.device).reshape(*ones_for_rest, *(1,) * len(shape),
                                                             *[n if j == k else 1 for j in range(len(sizes))])
       hit = index == places if hit is None else hit & (index == places)
-    out = hit.where(x, 0).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)  # summed over the sizes
     side_by_side = dims == list(range(dims[0], dims[0] + len(dims)))  # the picked shape takes their place, else first
     r, b = len(rest), len(shape)
     first = dims[0] if side_by_side else 0
-    # out is (*rest, *shape): shape's b dims go after the first `first` dims of rest
-    return out.permute(*range(first), *range(r, r + b), *range(first, r))
+    # a pick is (*rest, *shape) before: shape's b dims go after the first `first` dims of rest
+    return hit, rest, [*range(first), *range(r, r + b), *range(first, r)]
   def __setitem__(self, idx, value):
-    """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. A block (ints and slices of
-    step 1) is v padded out to x's shape; any other index scatters v to the flat places it picks."""
-    if isinstance(value, (list, tuple)): value = Tensor(value, self.dtype, self.device)
-    v = self._const(value).cast(self.dtype).expand(self[idx].shape)  # (the view picked isn't kept: a reader, the
-    # write would realize it, and with it a write pending into this buffer, which a gradient then stops at)
-    if (box := self._box(idx)) is not None:
-      grow = tuple((b, n - e) for (b, e), n in zip(box, self.shape))
-      v = v.reshape(tuple(e - b for b, e in box))
-      new = Tensor.ones(*v.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(v.pad(grow), self)
-    else:
-      places = Tensor.arange(self.numel(), device=self.device).reshape(self.shape)[idx].flatten()
-      new = self.flatten().scatter(0, places, v.flatten()).reshape(self.shape)
-    self.assign(new)
+    """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. v is put where the index's
+    int tensors pick (_put), then moved back through its views (as a gradient is) with a mask of where it goes. The
+    index is taken of a stand-in for x: a view of x would be a reader, and the write would realize it (and with it a
+    write pending into this buffer, which a gradient then stops at)."""
+    if not isinstance(value, (Tensor, numbers.Number)): value = Tensor(value, self.dtype, self.device)
+    view, dims, idxs = self._stand_in()._viewed(idx)
+    v = self._const(value).cast(self.dtype)
+    if dims: written, v = view._put(dims, idxs, v)
+    else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
+    self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
   def __delitem__(self, idx): raise TypeError("a tensor's elements can't be deleted")  # (not an AttributeError)
-  def _box(self, idx) -> list[tuple[int, int]]|None:  # the block an index of ints and slices of step 1 picks, or None
-    idx = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
-    if not all(i is Ellipsis or (isinstance(i, int) and not isinstance(i, bool))
-               or (isinstance(i, slice) and i.step in (None, 1)) for i in idx): return None
-    dims = [i for i in idx if i is not Ellipsis]
-    at = next((k for k, i in enumerate(idx) if i is Ellipsis), len(idx))
-    idx[at:at+1] = [slice(None)] * (self.ndim - len(dims))  # (the dims ... stands for, or those after the last)
-    def span(i, n:int) -> tuple[int, int]:  # an int's place, or a slice's start and end (an empty one's, its start)
-      if isinstance(i, int): return i % n, i % n + 1
-      start, stop, _ = i.indices(n)
-      return start, max(start, stop)
-    return [span(i, n) for i, n in zip(idx, self.shape)]
+  def _stand_in(self) -> Tensor:  # of this tensor's shape, dtype and device, a view of no buffer: no move before
+    placeholder = UOp(Ops.BUFFER, self.dtype, (), Placeholder("stand-in", 0))
+    return Tensor._of(UOp(Ops.VIEW, self.dtype, (placeholder,), ShapeTracker.contiguous(self.shape)), self.device)
   def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
     if not dtypes.is_int(index.dtype): raise DTypeError(f"{op}'s index must be of ints, not {index.dtype.name}")
@@ -2082,10 +2096,8 @@ class Tensor:
     if isinstance(src, Tensor) and reduce: raise DTypeError("scatter's reduce takes a scalar src: use scatter_reduce")
     if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, self.dtype, self.device)
     if reduce: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
-    hit, vals = self._scattered(dim, index, src)
-    # the last write to a place, as torch's: a running count of hits from the end is 1 there
-    last = hit & (hit.int().flip(-1).cumsum(-1).flip(-1) == 1)
-    return hit.any(-1).where(last.where(vals, 0).sum(-1).cast(self.dtype), self)
+    written, value = Tensor._last_hit(*self._scattered(dim, index, src), (self.ndim,))  # (torch's: the last write)
+    return written.squeeze(-1).where(value.squeeze(-1).cast(self.dtype), self)
   def scatter_reduce(self, dim:int, index:Tensor, src:Tensor, reduce:str, include_self=True) -> Tensor:
     fill = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}
     if reduce not in fill: raise RuntimeError(f"scatter_reduce's reduce is one of {', '.join(fill)}, not {reduce!r}")
@@ -2539,14 +2551,15 @@ class Tensor:
     trainable = list(Tensor._trainable.values())
     grads, _ = gradients(self, self._start(gradient), [_grad_node(t.uop) for t in trainable])
     for t in trainable:
-      if (g := grads.get(_grad_node(t.uop))) is not None: t.grad = g if t.grad is None else t.grad + g
+      if (g := grads.get(_grad_node(t.uop))) is None: continue
+      t.grad = g if t.grad is None else t.grad.assign(t.grad + g)  # (in place, as torch's and tinygrad's)
     return self
   def _start(self, gradient:Tensor|None) -> Tensor:  # the gradient of this tensor a walk starts from
     if not dtypes.is_float(self.dtype): raise DTypeError(f"can't differentiate a tensor of {self.dtype.name}")
-    if gradient is None and self.numel() != 1:
-      raise ShapeError(f"backward of a tensor of shape {self.shape} needs a scalar, or gradient= of its shape")
+    if gradient is None and self.numel() != 1:  # (AssertionErrors: tinygrad's)
+      raise AssertionError(f"backward of a tensor of shape {self.shape} needs a scalar, or gradient= of its shape")
     if gradient is not None and gradient.shape != self.shape:
-      raise ShapeError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
+      raise AssertionError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
     return self.ones_like() if gradient is None else gradient.cast(self.dtype)
   def detach(self) -> Tensor: return self._like(self.uop.detached())
   class train(contextlib.ContextDecorator):
@@ -2559,8 +2572,8 @@ class Tensor:
   def assign(self, x) -> Tensor:
     """Writes x into this tensor's buffer in place, lazily: when this tensor is next realized. A tensor computed from
     this one before keeps the value it had: it is realized first, if it would read the buffer. x may be a Python
-    number (written everywhere) or list, as tinygrad's."""
-    if isinstance(x, (list, tuple)): x = Tensor(x, self.dtype, self.device)
+    number (written everywhere), list or array, as tinygrad's."""
+    if not isinstance(x, (Tensor, numbers.Number)): x = Tensor(x, self.dtype, self.device)
     x = self._const(x).cast(self.dtype)
     if x.device != self.device: raise ValueError(f"can't assign a tensor on {x.device} to one on {self.device}")
     if broadcast_shape(x.shape, self.shape) != self.shape:  # (broadcast, as torch's copy_ and tinygrad's)
@@ -2584,14 +2597,8 @@ class Tensor:
   def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
     and a mask of where it goes, moved back through the view's moves (as a gradient is), then put where the mask is."""
-    def moved_back(t:Tensor) -> Tensor:  # (each view it passes dies at once: alive, it would be a reader to realize)
-      st = self.uop.arg
-      while st.before is not None:
-        t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, self.dtype, self.uop.src, st.before), self.device), st.move)
-        st = st.before
-      return t
-    mask = moved_back(Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device))
-    value = mask.where(moved_back(x), base)
+    mask = _moved_back(Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device), self.uop)
+    value = mask.where(_moved_back(x, self.uop), base)
     # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write)
     sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value)
     base._write(value)
@@ -2774,6 +2781,14 @@ derivatives: dict[Ops, Callable] = {
 }
 
 def _unmoved(g:Tensor, x:Tensor, move:Move) -> Tensor: return unmoves[move.name](g, x, move.arg)
+def _moved_back(t:Tensor, view:UOp) -> Tensor:
+  """t, of view's shape, moved back through the view's moves to where they began, as a gradient is (zeros where the
+  view reads nothing). Each view it passes dies at once: alive, it would be a reader for a write to realize."""
+  st = view.arg
+  while st.before is not None:
+    t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move)
+    st = st.before
+  return t
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
   """A sum passes g to every element it adds; a product, g times the product of the others (y / x, or where x is 0,
@@ -2792,7 +2807,7 @@ def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
 # a move's inverse: (g, the tensor moved, the move's arg) -> g as a gradient of the tensor moved
 unmoves: dict[str, Callable] = {
   "reshape": lambda g, x, shape: g.reshape(x.shape),
-  "permute": lambda g, x, order: g.permute(sorted(range(len(order)), key=order.__getitem__)),  # (order's inverse)
+  "permute": lambda g, x, order: g.permute(argsort(order)),
   "expand": lambda g, x, shape: g.sum(tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if a != b), keepdim=True),
   "pad": lambda g, x, grow: g.shrink(tuple((b, b + s) for (b, _), s in zip(grow, x.shape))),
   "shrink": lambda g, x, arg: g.pad(tuple((b, s - e) for (b, e), s in zip(arg, x.shape))),
