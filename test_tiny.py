@@ -5673,7 +5673,8 @@ def test_setitem_writes_in_place_as_an_assign():
 SETITEM = [((3, 7), (1, slice(None, None, -2))), ((5, 1, 3), (None, Ellipsis, 2)), ((7, 5), Tensor([4, -1, 4, 0])),
            ((3, 5, 6), (slice(None), [[2, 0], [2, 1]], slice(1, None, 3))), ((3, 5, 6), ([2, 0, 2], 1, [5, 0, 5])),
            ((3, 5, 6), (Tensor([[1], [0]]), slice(None, None, -1), Tensor([4, 3, 4]))),
-           ((4, 3), Tensor([[True, False, True]] * 2 + [[False] * 3] + [[True] * 3]))]
+           ((4, 3), Tensor([[True, False, True]] * 2 + [[False] * 3] + [[True] * 3])),
+           ((4, 3, 2), Tensor([True, False, True, True]))]
 
 @pytest.mark.parametrize("shape, key", SETITEM, ids=[str(i) for i in range(len(SETITEM))])
 def test_setitem_writes_where_getitem_reads(shape, key):
@@ -5690,12 +5691,15 @@ def test_setitem_writes_where_getitem_reads(shape, key):
 
 def test_setitem_with_a_tensor_index_costs_what_the_tensor_does():
   """Rows written by a tensor index into a million elements: each place is matched against the rows' indices (3), not
-  against every element written (3,000: a temporary of 3 billion elements)."""
+  against every element written (3,000: a temporary of 3 billion elements); a bool mask writes each place with no
+  match at all."""
   t = Tensor.zeros(1000, 1000, dtype=dtypes.int32).contiguous()
   rows = [[k * 1000 + j for j in range(1000)] for k in range(3)]
   t[Tensor([1, 5, 7])] = Tensor(rows, dtypes.int32)
   got = t.tolist()
   assert [got[1], got[5], got[7]] == rows and sum(map(sum, got)) == sum(map(sum, rows))
+  t[t > 500] = 0  # (a mask: each place where it is True, with no pick)
+  assert t.tolist() == [[v if v <= 500 else 0 for v in row] for row in got]
 
 def test_gather_scatter_and_their_reductions():
   x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])

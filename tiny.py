@@ -2056,12 +2056,22 @@ class Tensor:
     index is taken of a stand-in for x: a view of x would be a reader, and the write would realize it (and with it a
     write pending into this buffer, which a gradient then stops at)."""
     if not isinstance(value, (Tensor, numbers.Number)): value = Tensor(value, self.dtype, self.device)
-    view, dims, idxs = self._stand_in()._viewed(idx)
     v = self._const(value).cast(self.dtype)
+    if isinstance(idx, Tensor) and idx.dtype == dtypes.bool and idx.ndim: return self.assign(self._masked(idx, v))
+    view, dims, idxs = self._stand_in()._viewed(idx)
     if dims: written, v = view._put(dims, idxs, v)
     else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
     self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
   def __delitem__(self, idx): raise TypeError("a tensor's elements can't be deleted")  # (not an AttributeError)
+  def _masked(self, mask:Tensor, v:Tensor) -> Tensor:
+    """x[mask] = v's value, with no pick: v's k-th element (along the dim the True places make) goes to the k-th True
+    place, read by its count of True places so far; where v has no such dim, each True place takes all of it."""
+    if mask.shape != self.shape[:mask.ndim]:
+      raise IndexError(f"a bool index of shape {mask.shape} for dims of {self.shape[:mask.ndim]}")
+    rest = self.shape[mask.ndim:]
+    if v.ndim > len(rest) and v.shape[-len(rest) - 1] != 1:  # (read: how many places there are)
+      v = v.expand(int(mask.sum().item()), *rest)[(mask.flatten().cumsum() - 1).maximum(0)].reshape(self.shape)
+    return mask.reshape(*mask.shape, *(1,) * len(rest)).where(v, self)
   def _stand_in(self) -> Tensor:  # of this tensor's shape, dtype and device, a view of no buffer: no move before
     placeholder = UOp(Ops.BUFFER, self.dtype, (), Placeholder("stand-in", 0))
     return Tensor._of(UOp(Ops.VIEW, self.dtype, (placeholder,), ShapeTracker.contiguous(self.shape)), self.device)
