@@ -12,12 +12,8 @@ Sections:
   nn              optimizers (a step is lazy assigns), layers, weights on disk (safetensors)
   scheduler       a tensor graph -> kernels: which nodes are stored, which fuse; pack (a matmul's b stored in tiles)
   lowering        a kernel -> a program: rangeify, transcendentals, row programs, opts (heuristic, tensor cores, BEAM),
-                  lanes and threads, accumulators, bfloat16 in float32, streaming stores, linearize. Three of them tune
-                  a CPU's memory traffic, each with its reason where it is:
-                    reread      a row's costly values stored once and read back (the next row prefetched; a row on the
-                                stack where the output goes past the cache)
-                    tile_order  a matmul's rows inside its columns
-                    stream      stores past the cache
+                  lanes and threads, accumulators, bfloat16 in float32, linearize; three tune a CPU's memory traffic
+                  (reread, tile_order, stream), each with its reason where it is
   renderers       linear UOps -> C, CUDA or Metal source: one algorithm, three dialects as data
   devices         runtimes (the C compiler, the emulator, CUDA and Metal beside this file), buffers
   running         launching kernels, and render() to see them
@@ -416,7 +412,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   def cast(self, dtype:DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
   def bitcast(self, dtype:DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))  # the same bits, read as dtype
   def moved(self, *moves:tuple[str, Any]) -> UOp:  # through movement ops (View methods' names, their args): one VIEW
-    base, st = self._tracked()
+    base, st = (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
@@ -427,8 +423,6 @@ class UOp(MathMixin, metaclass=UOpMeta):
     else: base, st = self, ShapeTracker.contiguous(self.shape)
     # (a move no View method makes: composites do not replay it)
     return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
-  def _tracked(self) -> tuple[UOp, ShapeTracker]:  # what this node views, and how
-    return (self.src[0], self.arg) if self.op is Ops.VIEW else (self, ShapeTracker.contiguous(self.shape))
   def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
     return UOp(Ops.VIEW, self.dtype, (UOp(Ops.BUFFER, self.dtype, (), buf),), self.arg)
 
@@ -829,9 +823,6 @@ class View:
   strides: tuple[int, ...]
   offset: int = 0
   mask: tuple[tuple[int, int], ...]|None = None
-  def __hash__(self): return self._hash  # a view is hashed each time a node holding it is built: once is enough
-  @functools.cached_property
-  def _hash(self) -> int: return hash((self.shape, self.strides, self.offset, self.mask))
   @staticmethod
   def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
   @functools.cached_property
@@ -1215,12 +1206,9 @@ class Tensor:
   def meshgrid(self, *others:Tensor, indexing="ij") -> tuple[Tensor, ...]:
     if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing is 'ij' or 'xy', not {indexing!r}")
     ts = (self, *others)
-    # tensor k varies along dim dim_of[k]: xy swaps the first two
-    dim_of = [1, 0, *range(2, len(ts))] if indexing == "xy" and len(ts) > 1 else list(range(len(ts)))
-    shape = [0] * len(ts)
-    for k, t in enumerate(ts): shape[dim_of[k]] = t.numel()
-    return tuple(t.reshape(tuple(-1 if d == k else 1 for d in range(len(ts)))).expand(shape)
-                 for t, k in zip(ts, dim_of))
+    grids = [t.reshape([-1 if d == k else 1 for d in range(len(ts))]).expand([u.numel() for u in ts])
+             for k, t in enumerate(ts)]  # tensor k varies along dim k; xy swaps the first two
+    return tuple(g.transpose(0, 1) if indexing == "xy" and len(ts) > 1 else g for g in grids)
 
   @staticmethod
   def manual_seed(seed:int=0): Tensor._seed, Tensor._counter = seed, 0
@@ -1685,8 +1673,7 @@ class Tensor:
     return (x.maximum(0) + (-x.abs()).exp()._log1p()) / beta
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softsign(self) -> Tensor: return self / (1 + self.abs())
-  def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor:
-    return (alpha * self + beta).clip(0, 1)
+  def hardsigmoid(self, alpha=1 / 6, beta=0.5) -> Tensor: return (alpha * self + beta).clip(0, 1)
   def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
   def logsigmoid(self) -> Tensor: return -(-self).softplus()
 
@@ -2637,13 +2624,9 @@ class Tensor:
     x.uop = _moved_over(x.uop, whole.uop) if _aliased(x.uop) is buffer else self.clone().uop
   @staticmethod
   def _alive() -> list[Tensor]:  # the tensors alive, in the order made; the dead references go from Tensor._live
-    live, alive = {}, []
-    for k, ref in Tensor._live.items():
-      if (t := ref()) is None: continue
-      live[k] = ref
-      alive.append(t)
-    Tensor._live = live
-    return alive
+    found = [(k, ref, ref()) for k, ref in Tensor._live.items()]
+    Tensor._live = {k: ref for k, ref, t in found if t is not None}
+    return [t for _, _, t in found if t is not None]
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor) -> list[Tensor]:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
@@ -2906,11 +2889,8 @@ def _grad_node(u:UOp) -> UOp: return computed_from(u) or u  # where a tensor's g
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
   from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
-  found: dict[UOp, tuple[UOp, ...]] = {}  # every node the gradients flow through -> its _grad_sources
-  def walk_sources(u:UOp) -> tuple[UOp, ...]:  # (found once: _grad_sources may build a view)
-    found[u] = _grad_sources(u)
-    return found[u]
-  order = {u: found[u] for u in postorder([root.uop], walk_sources)}  # (sources first)
+  sources_of = functools.cache(_grad_sources)  # (once a node: it may build a view)
+  order = {u: sources_of(u) for u in postorder([root.uop], sources_of)}  # every node the gradients flow through
   on_path = set(targets)  # the nodes some target is reached through (the targets too)
   for u, sources in order.items():
     if any(s in on_path for s in sources): on_path.add(u)
@@ -3709,42 +3689,32 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
   return groups
 
 def _kernel(outs:list[UOp], views:dict[UOp, UOp], reasons:dict[UOp, str], entry_of:dict[UOp, int]) -> Kernel:
-  """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs. What
-  it stores is named by its entry (none for a node the plan made: a split's partial results, a packed b)."""
-  ctx = KernelContext(outs, views, [], {})
-  params = [ctx.param(views[o].src[0]) for o in outs]  # outputs first
-  stores = tuple(UOp(Ops.STORE, None, (p, to_ast(o, ctx))) for p, o in zip(params, outs))
-  return Kernel(UOp(Ops.SINK, None, stores), ctx.bufs, {entry_of[o]: views[o] for o in outs if o in entry_of},
+  """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs, where
+  the walk stops (what made them is another kernel). What it stores is named by its entry (none for a node the plan
+  made: a split's partial results, a packed b)."""
+  bufs, memo = [], {}
+  def param(buf:UOp) -> UOp:
+    if buf not in bufs: bufs.append(buf)
+    return UOp(Ops.PARAM, buf.dtype, (), Param(bufs.index(buf), buf.arg.size))
+  def read(u:UOp) -> UOp|None:  # the BUFFER u is, if this kernel reads it from memory (another kernel's output too)
+    return u if u.op is Ops.BUFFER else views[u].src[0] if u in views and u not in outs else None
+  def ast(root:UOp) -> UOp:  # iterative: a long elementwise chain would overflow recursion
+    stack = [root]
+    while stack:
+      u = stack[-1]
+      if u in memo: stack.pop()
+      elif (buf := read(u)) is not None:
+        memo[u] = UOp(Ops.VIEW, u.dtype, (param(buf),), ShapeTracker.contiguous(u.shape))
+      elif u.op is Ops.VIEW and (buf := read(u.src[0])) is not None:  # an input's view
+        memo[u] = UOp(Ops.VIEW, u.dtype, (param(buf),), u.arg)
+      elif any(s not in memo for s in u.src): stack.extend(s for s in u.src if s not in memo)  # sources first
+      elif u.op is Ops.ASSIGN: memo[u] = memo[u.src[1]]  # its value, stored into the buffer it writes
+      else: memo[u] = u.replace(src=tuple(memo[s] for s in u.src))
+    return memo[root]
+  params = [param(views[o].src[0]) for o in outs]  # outputs first
+  stores = tuple(UOp(Ops.STORE, None, (p, ast(o))) for p, o in zip(params, outs))
+  return Kernel(UOp(Ops.SINK, None, stores), bufs, {entry_of[o]: views[o] for o in outs if o in entry_of},
                 ",".join(dict.fromkeys(reasons[o] for o in outs)))
-
-@dataclass
-class KernelContext:
-  outs: list[UOp]
-  views: dict[UOp, UOp]
-  bufs: list[UOp]
-  memo: dict[UOp, UOp]
-  def param(self, buf:UOp) -> UOp:
-    if buf not in self.bufs: self.bufs.append(buf)
-    return UOp(Ops.PARAM, buf.dtype, (), Param(self.bufs.index(buf), buf.arg.size))
-  def input(self, u:UOp) -> UOp|None:  # the BUFFER u is, if this kernel reads it from memory
-    if u.op is Ops.BUFFER: return u
-    if u in self.views and u not in self.outs: return self.views[u].src[0]  # another kernel's output
-    return None
-
-def to_ast(root:UOp, ctx:KernelContext) -> UOp:
-  """The graph of root with inputs as PARAMs; iterative, and it stops at inputs (what made them is another kernel)."""
-  stack = [root]
-  while stack:
-    u = stack[-1]
-    if u in ctx.memo: stack.pop()
-    elif (buf := ctx.input(u)) is not None:
-      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), ShapeTracker.contiguous(u.shape))
-    elif u.op is Ops.VIEW and (buf := ctx.input(u.src[0])) is not None:  # an input's view
-      ctx.memo[u] = UOp(Ops.VIEW, u.dtype, (ctx.param(buf),), u.arg)
-    elif any(s not in ctx.memo for s in u.src): stack.extend(s for s in u.src if s not in ctx.memo)  # sources first
-    elif u.op is Ops.ASSIGN: ctx.memo[u] = ctx.memo[u.src[1]]  # its value, stored into the buffer it writes
-    else: ctx.memo[u] = u.replace(src=tuple(ctx.memo[s] for s in u.src))
-  return ctx.memo[root]
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering: a kernel's AST becomes a program, in the steps ranged() and finish() list: ranges, opts that split them,
@@ -3853,17 +3823,12 @@ def value_at(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
   outside the mask the address may point outside the buffer, and a gated load never reads it. Iterative, with the
   sources of each (node, index, gate) computed first: a long elementwise chain would overflow Python's recursion."""
-  sources: dict[tuple, list[tuple]] = {}
-  stack = [(u, idxs, valid)]
-  while stack:
-    key = stack[-1]
-    if key in memo: stack.pop()  # built already
-    elif key not in sources:  # first met: its sources go on the stack, to be built first
-      sources[key] = _sources_at(*key)
-      stack.extend(k for k in sources[key] if k not in memo)
-    else:  # its sources are built
-      stack.pop()
-      memo[key] = _value(*key, sources[key], [memo[k] for k in sources[key]])
+  found: dict[tuple, list[tuple]] = {}  # (node, index, gate) -> the ones its value is made from
+  def sources(key:tuple) -> list[tuple]:  # (the last first, as the walk always took them: ranges number in that order)
+    found[key] = _sources_at(*key)
+    return found[key][::-1]
+  for key in postorder([(u, idxs, valid)], sources, known=memo.__contains__):
+    memo[key] = _value(*key, found[key], [memo[k] for k in found[key]])
   return memo[(u, idxs, valid)]
 
 def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:  # address, the view's own mask, both gates
@@ -6190,10 +6155,9 @@ def _template(fn:Callable, args:tuple, kwargs:dict) -> Template|None:
   steps, step_of = [], {}
   for u in out.uop.toposort:
     if u.op is Ops.VIEW and u.src[0] in leaves:
-      moves, start = [], u.arg
-      while start.before is not None: moves, start = [start.move, *moves], start.before  # the moves that made it
+      start, moves = u.arg.history  # the moves that made it
       if start != ShapeTracker.contiguous(start.shape): return None  # not from the placeholder's own view (detached)
-      step = MovedInput(leaves.index(u.src[0]), tuple(moves))
+      step = MovedInput(leaves.index(u.src[0]), moves)
     elif u in leaves: continue
     else: step = Build(u.op, u.dtype, tuple(step_of[s] for s in u.src), u.arg) if u.src else u
     step_of[u] = len(steps)
