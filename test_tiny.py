@@ -4270,6 +4270,17 @@ def test_backward_fills_grad_and_accumulates():
   (x * x).sum().backward()
   assert x.grad.tolist() == [6.0, 1.0, 12.0] and x.grad is first  # (added in place, as torch's and tinygrad's)
 
+def test_a_gradient_flows_back_through_a_copy_to_another_device():
+  """to() and clone(device=) copy at once; the copy notes what it was copied from, so the gradient is copied back
+  (not zeros, nor a .grad left None)."""
+  t = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = (t * 3).clone(device="PYTHON")
+  z = y.exp().sum().to("CPU") + y.to("CPU").square().sum()
+  want = [3 * math.exp(3 * v) + 18 * v for v in (1.0, 2.0, 3.0)]
+  assert z.gradient(t)[0].tolist() == pytest.approx(want, rel=1e-5)
+  z.backward()
+  assert t.grad.device == "CPU" and t.grad.tolist() == pytest.approx(want, rel=1e-5)
+
 def test_backward_of_a_non_scalar_needs_a_gradient():
   x = Tensor([1.0, 2.0], requires_grad=True)
   with pytest.raises(AssertionError, match="needs a scalar"): (x * 2).backward()  # (tinygrad's type)

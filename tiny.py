@@ -2126,6 +2126,7 @@ class Tensor:
     if Device.canonical(device) == self.device: return self
     out = Tensor.empty(*self.shape, dtype=self.dtype, device=device)
     out.buffer().copyin(self.buffer().copyout())
+    if reading_trainable([self.uop]): note_computed_from(out.uop, self.uop, self.device)  # (gradients flow back)
     return out
   def to_(self, device:str) -> Tensor:
     moved = self.to(device)
@@ -2691,7 +2692,7 @@ class Tensor:
         t.uop = _moved_over(t.uop, UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,))))
       else:
         held = bound(view)
-        if t.uop in trained_from: note_computed_from(held, t.uop)  # (the gradient walk goes on through it)
+        if t.uop in trained_from: note_computed_from(held, t.uop, device)  # (the gradient walk goes on through it)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed. A view of a buffer stays
@@ -2810,16 +2811,17 @@ unmoves: dict[str, Callable] = {
 class Origin(NamedTuple):  # what a realized result was computed from
   graph: UOp
   when: int  # the tick then: a gradient taken after a write into the graph's buffers would be at other values
+  device: str  # the graph's: a copy to another device (to()) is a result too, its gradient copied back
 
 def origin(buffer:UOp, st:ShapeTracker) -> Origin|None:
   """Where a gradient path runs through a realized result: the graph it was computed from. Tensor.realize notes it on
-  the result's BUFFER node, by the view's tracker, outside the node's four fields: the note lives as long as the
-  buffer, so a view taken of the result reaches it after the result's own tensor (and view node) is gone."""
+  the result's BUFFER node (Tensor.to, on its copy's), by the view's tracker, outside the node's four fields: the note
+  lives as long as the buffer, so a view taken of the result reaches it after the result's own tensor is gone."""
   return buffer.__dict__.get("computed_from", {}).get(st) if buffer.op is Ops.BUFFER else None
-def note_computed_from(view:UOp, graph:UOp):
-  view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = Origin(graph, next(ticks))
-def computed_from(u:UOp) -> UOp|None:
-  return found.graph if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None else None
+def note_computed_from(view:UOp, graph:UOp, device:str):
+  view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = Origin(graph, next(ticks), device)
+def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
+def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
 
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
@@ -2827,7 +2829,7 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   # a write pending: to the value written (what its buffer held is gone), as torch's in-place ops; a write done is
   # its buffer, a leaf (see Tensor._realized)
   if u.op is Ops.ASSIGN: return () if realized_view(u) is not None else (u.src[1],)
-  if u.op is Ops.VIEW and (found := origin(u.src[0], u.arg)) is not None:
+  if (found := origin_of(u)) is not None:
     if max(last_write(found.graph), u.src[0].arg.written) > found.when:  # (its sources, or itself, written)
       raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself "
                          f"(an assign, an optimizer's step): it would be taken at new values. Compute it again "
@@ -2895,12 +2897,12 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   for u, sources in order.items():
     if any(s in on_path for s in sources): on_path.add(u)
   grads, stops = {root.uop: seed}, set()
-  tensor = functools.partial(Tensor._of, device=root.device)
   for u, sources in reversed(order.items()):
     if (g := grads.get(u)) is None or not any(s in on_path for s in sources): continue
-    if computed_from(u) is not None: partials = (g,)  # a realized result: the values it was computed as
+    # a realized result: the values it was computed as (a copy: on their device)
+    if (found := origin_of(u)) is not None: partials = (g.to(found.device),)
     elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
-    else: partials = rule(g, tensor(u), *map(tensor, sources))
+    else: partials = rule(g, Tensor._of(u, g.device), *[Tensor._of(s, g.device) for s in sources])
     for s, d in zip(sources, partials):
       if s not in on_path or d is None: continue  # (d None: a where's condition, whose gradient is 0)
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
