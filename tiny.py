@@ -2907,12 +2907,17 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
       if s not in on_path or d is None: continue  # (d None: a where's condition, whose gradient is 0)
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
       else: grads[s] = grads[s] + d if s in grads else d
-  # a gradient through a pending write that reads what the write replaces (t *= v: v's, t's old value) would read the
-  # new one, once the write runs first: it raises, as torch's autograd does for a value modified in place
-  # (read directly, or through an earlier write into the buffer than its last, which is pending)
+  # a gradient that reads a pending write which a later one into the buffer replaces reads the value it writes,
+  # computed again (its buffer will hold the later one's)
   writes = [u for u in order if u.op is Ops.ASSIGN and u in grads and order[u]]  # (walked through: pending)
   def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
-  stale = {u.src[0].src[0] for u in writes} | {u for u in writes if not last(u)}
+  replaced: dict[UOp, UOp] = {}
+  for u in writes:  # (the earlier first)
+    if not last(u): replaced[u] = substitute(u.src[1], replaced)
+  grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
+  # one that reads what the first write replaces (t *= v: v's, t's old value) would read the new one, once the write
+  # runs first: it raises, as torch's autograd does for a value modified in place
+  stale = {u.src[0].src[0] for u in writes}
   for t in targets:
     if t in grads and writes and any(u in stale for u in postorder([grads[t].uop], _unwritten_sources)):
       raise RuntimeError(f"a gradient needs the values a pending write replaces ({t.shape}): realize what it is "
