@@ -4275,6 +4275,29 @@ def test_backward_fills_grad_and_accumulates():
   (x * x).sum().backward()
   assert x.grad.tolist() == [6.0, 1.0, 12.0] and x.grad is first  # (added in place, as torch's and tinygrad's)
 
+@pytest.mark.parametrize("realized", ["none", "the write", "its reader"])
+def test_a_write_realized_passes_gradients_on(realized):
+  """t = x * 2; t += v: the gradient passes through the write to x and v whether it is pending, realized, or realized
+  by a reader (not None: a write done was a leaf); a buffer written in place with a value computed from v passes v's
+  gradient on where it needs no value the write replaced (b += v), and raises where it does (b *= v: b's old value)."""
+  x, v = Tensor([1.0, 2.0], requires_grad=True), Tensor([0.5, 0.25], requires_grad=True)
+  t = x * 2
+  t += v
+  if realized == "the write": t.realize()
+  y = t.exp()
+  if realized == "its reader": y.realize()
+  y.sum().backward()
+  want = [math.exp(2 * a + b) for a, b in ((1.0, 0.5), (2.0, 0.25))]
+  assert v.grad.tolist() == pytest.approx(want) and x.grad.tolist() == pytest.approx([2 * w for w in want])
+  w = Tensor(3.0, requires_grad=True)
+  b = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  b += w
+  b.realize().sum().backward()
+  assert w.grad.item() == 3.0
+  b *= w
+  b.realize()
+  with pytest.raises(RuntimeError, match="values a write replaces"): b.sum().backward()
+
 def test_a_gradient_flows_back_through_a_copy_to_another_device():
   """to() and clone(device=) copy at once; the copy notes what it was copied from, so the gradient is copied back
   (not zeros, nor a .grad left None)."""
@@ -4518,8 +4541,9 @@ def test_views_stay_views_read_detached_made_contiguous_or_made_twice():
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
   t = (x * 2).realize()
   t *= 3
-  t.tolist()  # (the write realized: t's gradient, through what it was computed from before, would be x * 2's)
-  with pytest.raises(RuntimeError, match="written itself"): t.sum().backward()
+  t.tolist()  # (the write realized: t's gradient passes through it, and t's old value through x * 2, as torch's)
+  t.sum().backward()
+  assert x.grad.tolist() == [6.0, 6.0, 6.0]
 
 def test_tensors_computed_before_an_assign_keep_their_values_and_views_show_it():  # (as torch's, numpy's)
   a = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, 3).contiguous().realize()

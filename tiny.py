@@ -2681,7 +2681,15 @@ class Tensor:
     for entry, view in plan.writes.items():
       bufs[view.src[0].arg.index].pending = None  # (written)
       remember(nodes[entry], bound(view))
-    # (an assign's result is its buffer, whose gradient the walk doesn't go back through)
+    # a write into a tensor that isn't a parameter, of a value computed from one, is noted on its buffer as a result
+    # is: gradients pass through it (a parameter's, an optimizer's step, is a leaf)
+    # (where the value read the buffer it replaced, t *= v, that read stands for the graph the buffer's old value was
+    # computed from, if it was and is still at its values: else a gradient that needs it raises, see gradients)
+    written = {nodes[e]: bound(v) for e, v in plan.writes.items() if _held_in(nodes[e]) not in trainable_nodes}
+    for write in reading_trainable(list(written)):
+      view, old = written[write], origin_of(written[write])
+      if old is None or _last_raw_write(old.graph) > old.when: note_computed_from(view, write, device)
+      else: note_computed_from(view, substitute(write.src[1], {view: old.graph}), device)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
     for t, view in zip(group, plan.root_views):
@@ -2826,11 +2834,12 @@ def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
-  # a write pending: to the value written (what its buffer held is gone), as torch's in-place ops; a write done is
-  # its buffer, a leaf (see Tensor._realized)
-  if u.op is Ops.ASSIGN: return () if realized_view(u) is not None else (u.src[1],)
+  # a write: to the value written (what its buffer held is gone), as torch's in-place ops; but a parameter's write
+  # done (an optimizer's step) is its buffer, a leaf
+  if u.op is Ops.ASSIGN: return () if realized_view(u) is not None and _held_in(u) in trainable_nodes else (u.src[1],)
   if (found := origin_of(u)) is not None:
-    if max(last_write(found.graph), u.src[0].arg.written) > found.when:  # (its sources, or itself, written)
+    # (its sources, or itself, written; a write it read is computed again: see gradients)
+    if max(_last_raw_write(found.graph), u.src[0].arg.written) > found.when:
       raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself "
                          f"(an assign, an optimizer's step): it would be taken at new values. Compute it again "
                          f"({u.shape})")
@@ -2861,13 +2870,14 @@ def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into 
   return u.src[0] if u.in_memory else u
 def reading_trainable(roots:list[UOp]) -> set[UOp]:
   """The roots whose graphs read a tensor requiring grad: through their sources, and what a realized node was computed
-  from. It may find more than gradients reach (a detached view's graph). Each walk stops at the first it finds and
-  builds no view its moves went through, so a model step's realize doesn't walk what made its weights."""
+  from, but not past a detached view. Each walk stops at the first it finds and builds no view its moves went
+  through, so a model step's realize doesn't walk what made its weights."""
   clear: set[UOp] = set()  # nodes known to read none
   def reaches(root:UOp) -> bool:
     stack, seen = [root], set()
     while stack:
       if (u := stack.pop()) in seen or u in clear: continue
+      if u.op is Ops.VIEW and u.arg.history[0].move is not None: continue  # (its moves begin at a detach)
       if _held_in(u) in trainable_nodes: return True
       seen.add(u)
       stack += _read_sources(u)
@@ -2907,23 +2917,26 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
       if s not in on_path or d is None: continue  # (d None: a where's condition, whose gradient is 0)
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
       else: grads[s] = grads[s] + d if s in grads else d
-  # a gradient that reads a pending write which a later one into the buffer replaces reads the value it writes,
-  # computed again (its buffer will hold the later one's)
-  writes = [u for u in order if u.op is Ops.ASSIGN and u in grads and order[u]]  # (walked through: pending)
+  # a gradient that reads a write which a later one into the buffer replaces, or a write done, reads the value it
+  # writes, computed again (its buffer will hold, or may hold, another)
+  writes = [u for u in order if u.op is Ops.ASSIGN and u in grads and order[u]]  # (walked through)
   def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
   replaced: dict[UOp, UOp] = {}
   for u in writes:  # (the earlier first)
     if not last(u): replaced[u] = substitute(u.src[1], replaced)
   grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
-  # one that reads what the first write replaces (t *= v: v's, t's old value) would read the new one, once the write
-  # runs first: it raises, as torch's autograd does for a value modified in place
-  stale = {u.src[0].src[0] for u in writes}
+  # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
+  # first (or done, of a value that read it): it raises, as torch's autograd does for a value modified in place
+  stale = {u.src[0].src[0] for u in writes if realized_view(u) is None or u.src[0].src[0] in u.src[1].buffers}
   for t in targets:
     if t in grads and writes and any(u in stale for u in postorder([grads[t].uop], _unwritten_sources)):
-      raise RuntimeError(f"a gradient needs the values a pending write replaces ({t.shape}): realize what it is "
+      raise RuntimeError(f"a gradient needs the values a write replaces ({t.shape}): realize what it is "
                          "computed from before writing it in place, or write a copy")
   return {t: grads[t] for t in targets if t in grads}, stops
 def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIGN else u.src  # (a write reads after)
+def _last_raw_write(graph:UOp) -> int:  # the last write into a buffer the graph reads but through a write's node
+  values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
+  return max((u.arg.written for u in values if u.op is Ops.BUFFER), default=0)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is assigns to the
