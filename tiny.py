@@ -2117,11 +2117,11 @@ class Tensor:
   def nonzero(self, size:int|None=None, fill_value=0) -> Tensor:
     """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back
     (size: that many rows, cut or filled with fill_value)."""
+    hits = [k for k, v in enumerate(self.flatten().tolist()) if v][:size]  # (each one's place in the flat order)
     strides = [prod(self.shape[d + 1:]) for d in range(self.ndim)]  # (row-major: a size-1 dim's too)
-    hits = [[k // stride % n for stride, n in zip(strides, self.shape)]
-            for k, v in enumerate(self.flatten().tolist()) if v]
-    if size is not None: hits = hits[:size] + [[fill_value] * self.ndim] * (size - len(hits))
-    return Tensor(hits, dtypes.int32, self.device).reshape(len(hits), self.ndim)
+    rows = Tensor(hits, dtypes.int32, self.device).reshape(-1, 1) // Tensor(strides, dtypes.int32, self.device)
+    rows = rows % Tensor(list(self.shape), dtypes.int32, self.device)
+    return rows if size is None else rows.pad(((0, size - len(hits)), None), value=fill_value)
   def to(self, device:str) -> Tensor:  # a copy on another device (this tensor where it is there)
     if Device.canonical(device) == self.device: return self
     out = Tensor.empty(*self.shape, dtype=self.dtype, device=device)
