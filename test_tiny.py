@@ -5757,6 +5757,9 @@ def test_gather_scatter_and_their_reductions():
   base = Tensor(base)
   assert base.scatter(1, Tensor([[2], [0]]), 9.0, reduce="add").tolist() == [[1.0, 1.0, 10.0], [11.0, 2.0, 2.0]]
   assert Tensor([[0, 3], [1, 0]]).nonzero().tolist() == [[0, 1], [1, 0]] and Tensor([0, 0]).nonzero().shape == (0, 1)
+  filled = Tensor([[0, 3], [1, 0]]).nonzero(size=3, fill_value=-1.5)  # (cut or filled, and int whatever fills it)
+  assert filled.dtype == dtypes.int32 and filled.tolist() == [[0, 1], [1, 0], [-1, -1]]
+  assert Tensor([0, 3, 4]).nonzero(size=1).tolist() == [[1]] and Tensor(5).nonzero(size=4).shape == (4, 0)
   assert x.masked_select(Tensor([True, False, True])).tolist() == [1.0, 3.0, 4.0, 6.0]
   check_op(lambda t: t.gather(1, Tensor([[2, 0, 2], [1, 1, 0]])),
            lambda r: r.made((2, 3), lambda i: r.at((i[0], [[2, 0, 2], [1, 1, 0]][i[0]][i[1]]))),

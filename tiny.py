@@ -2121,7 +2121,7 @@ class Tensor:
     strides = [prod(self.shape[d + 1:]) for d in range(self.ndim)]  # (row-major: a size-1 dim's too)
     rows = Tensor(hits, dtypes.int32, self.device).reshape(-1, 1) // Tensor(strides, dtypes.int32, self.device)
     rows = rows % Tensor(list(self.shape), dtypes.int32, self.device)
-    return rows if size is None else rows.pad(((0, size - len(hits)), None), value=fill_value)
+    return rows if size is None else rows.pad(((0, size - len(hits)), None), value=int(fill_value))  # (stays int)
   def to(self, device:str) -> Tensor:  # a copy on another device (this tensor where it is there)
     if Device.canonical(device) == self.device: return self
     out = Tensor.empty(*self.shape, dtype=self.dtype, device=device)
