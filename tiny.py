@@ -2040,8 +2040,7 @@ class Tensor:
   def __setitem__(self, idx, value):
     """x[idx] = v writes v (broadcast) where x[idx] reads, as an assign: in place, lazily. v is put where the index's
     int tensors pick (_put), then moved back through its views (as a gradient is) with a mask of where it goes. The
-    index is taken of a stand-in for x: a view of x would be a reader, and the write would realize it (and with it a
-    write pending into this buffer, which a gradient then stops at)."""
+    index is taken of a stand-in for x: a view of x would be a reader, which the write would realize first."""
     if not isinstance(value, (Tensor, numbers.Number)): value = Tensor(value, self.dtype, self.device)
     v = self._const(value).cast(self.dtype)
     if isinstance(idx, Tensor) and idx.dtype == dtypes.bool and idx.ndim: return self.assign(self._masked(idx, v))
