@@ -2680,15 +2680,7 @@ class Tensor:
     for entry, view in plan.writes.items():
       bufs[view.src[0].arg.index].pending = None  # (written)
       remember(nodes[entry], bound(view))
-    # a write into a tensor that isn't a parameter, of a value computed from one, is noted on its buffer as a result
-    # is: gradients pass through it (a parameter's, an optimizer's step, is a leaf)
-    # (where the value read the buffer it replaced, t *= v, that read stands for the graph the buffer's old value was
-    # computed from, if it was and is still at its values: else a gradient that needs it raises, see gradients)
-    written = {nodes[e]: bound(v) for e, v in plan.writes.items() if _held_in(nodes[e]) not in trainable_nodes}
-    for write in reading_trainable(list(written)):
-      view, old = written[write], origin_of(written[write])
-      if old is None or _last_raw_write(old.graph) > old.when: note_computed_from(view, write, device)
-      else: note_computed_from(view, substitute(write.src[1], {view: old.graph}), device)
+    note_writes({nodes[e]: bound(v) for e, v in plan.writes.items()}, device)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
     for t, view in zip(group, plan.root_views):
@@ -2827,6 +2819,18 @@ def origin(buffer:UOp, st:ShapeTracker) -> Origin|None:
   return buffer.__dict__.get("computed_from", {}).get(st) if buffer.op is Ops.BUFFER else None
 def note_computed_from(view:UOp, graph:UOp, device:str):
   view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = Origin(graph, next(ticks), device)
+def _last_raw_write(graph:UOp) -> int:  # the last write into a buffer the graph reads but through a write's node
+  values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
+  return max((u.arg.written for u in values if u.op is Ops.BUFFER), default=0)
+def note_writes(writes:dict[UOp, UOp], device:str):
+  """Each write done (-> the view it wrote) into a tensor that isn't a parameter, of a value computed from one, noted
+  on its buffer as a realized result is: gradients pass through it (a parameter's, an optimizer's step, is a leaf).
+  Where the value read the buffer it replaced (t *= v), that read stands for the graph the old value was computed
+  from, if it was and its sources still hold their values; else a gradient that needs it raises (see gradients)."""
+  for write in reading_trainable([u for u in writes if _held_in(u) not in trainable_nodes]):
+    view, old = writes[write], origin_of(writes[write])
+    if old is None or _last_raw_write(old.graph) > old.when: note_computed_from(view, write, device)
+    else: note_computed_from(view, substitute(write.src[1], {view: old.graph}), device)
 def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
 def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
 
@@ -2933,9 +2937,6 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
                          "computed from before writing it in place, or write a copy")
   return {t: grads[t] for t in targets if t in grads}, stops
 def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIGN else u.src  # (a write reads after)
-def _last_raw_write(graph:UOp) -> int:  # the last write into a buffer the graph reads but through a write's node
-  values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
-  return max((u.arg.written for u in values if u.op is Ops.BUFFER), default=0)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is assigns to the
