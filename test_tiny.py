@@ -5337,6 +5337,8 @@ def test_an_index_picks_small_ints_with_one_load():
     want = Tensor(rows, dtype=dtype)[idx[0]].tolist()
     assert got.tolist()[0] == want and got.tolist() == [x[i].tolist() for i in idx]
     assert all("< 37;" not in prog.src for prog in tiny.render(x[Tensor(idx)]))  # no loop over the rows
+  for dtype in (dtypes.int64, dtypes.uint32, dtypes.int16):  # (the index's: an arange under casts that hold it)
+    assert all("< 37;" not in prog.src for prog in tiny.render(x[Tensor([3, 36], dtype)]))
 
 def test_tinygrads_training_setting_and_nn_keywords(tmp_path):
   """tinygrad 0.14 trains under Context(TRAINING=1) (or TRAINING=1 in the environment): dropout and BatchNorm train
@@ -5740,6 +5742,7 @@ def test_setitem_with_a_tensor_index_costs_what_the_tensor_does():
   assert [got[1], got[5], got[7]] == rows and sum(map(sum, got)) == sum(map(sum, rows))
   t[t > 500] = 0  # (a mask: each place where it is True, with no pick)
   assert t.tolist() == [[v if v <= 500 else 0 for v in row] for row in got]
+  with pytest.raises(tiny.ShapeError): t[t > 500] = Tensor([[1], [2], [3]], dtypes.int32)  # (not broadcast: numpy's)
 
 def test_gather_scatter_and_their_reductions():
   x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])

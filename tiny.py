@@ -2055,7 +2055,8 @@ class Tensor:
     if mask.shape != self.shape[:mask.ndim]:
       raise IndexError(f"a bool index of shape {mask.shape} for dims of {self.shape[:mask.ndim]}")
     rest = self.shape[mask.ndim:]
-    if v.ndim > len(rest) and v.shape[-len(rest) - 1] != 1:  # (read: how many places there are)
+    if v.ndim == len(rest) + 1 and v.shape[0] == 1: v = v.reshape(v.shape[1:])  # (one value for every place)
+    if v.ndim > len(rest):  # (read: how many places there are)
       v = v.expand(int(mask.sum().item()), *rest)[(mask.flatten().cumsum() - 1).maximum(0)].reshape(self.shape)
     return mask.reshape(*mask.shape, *(1,) * len(rest)).where(v, self)
   def _stand_in(self) -> Tensor:  # of this tensor's shape, dtype and device, a view of no buffer: no move before
@@ -3894,8 +3895,10 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
     if t.op is not Ops.CMPEQ: return None
     for a, e in (t.src, t.src[::-1]):  # r == e, or e == r
       a = simplify(a)  # (an arange is r * 1 + 0 until simplified)
-      r = a.src[0] if a.op is Ops.CAST else a  # (an arange compared as an int: the range under its cast)
-      if r in reduced and r not in at and not any(q in reduced for q in e.toposort): return r, e  # e: fixed in the loop
+      casts, r = [], a
+      while r.op is Ops.CAST: casts, r = casts + [r.dtype], r.src[0]  # (an arange compared as an int: under casts)
+      exact = all(dtypes.is_int(d) and r.op is Ops.RANGE and r.size - 1 <= dtypes.max(d) for d in casts)
+      if exact and r in reduced and r not in at and not any(q in reduced for q in e.toposort): return r, e  # e: fixed
     return None
   rest = []
   for t in v.src[0].terms(Ops.AND):
