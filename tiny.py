@@ -2928,7 +2928,8 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   replaced: dict[UOp, UOp] = {}
   for u in writes:  # (the earlier first)
     if not last(u): replaced[u] = substitute(u.src[1], replaced)
-  grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
+  if replaced:
+    grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
   # first (or done, of a value that read it): it raises, as torch's autograd does for a value modified in place
   stale = {u.src[0].src[0] for u in writes if realized_view(u) is None or u.src[0].src[0] in u.src[1].buffers}
