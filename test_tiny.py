@@ -4072,8 +4072,9 @@ def test_a_write_into_a_view_of_part_of_a_buffer_writes_the_buffer():
 def test_gradients_through_writes_into_views_and_what_they_cant_give():
   """A write through a view of a tensor with a write pending passes gradients on to both writes (the view setitem
   picks, and the views it moves back through, realized the first as readers: a leaf); a gradient that needs the value
-  of a pending write a later one replaces (t *= v: v's is t's old value) computes it again, as torch's (15, not 45);
-  one that needs a buffer's value from before a write (a realized result) raises rather than read the new one."""
+  of a pending write a later one replaces (t *= v: v's is t's old value) computes it again, as torch's (15, not 45),
+  and so does one that needs a realized result's old value; one that needs a buffer's value from before a write that
+  nothing computes raises rather than read the new one."""
   x, v0, v1 = (Tensor(v, requires_grad=True) for v in ([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5, 7.0))
   t = x * 2
   t += v0
@@ -4088,9 +4089,14 @@ def test_gradients_through_writes_into_views_and_what_they_cant_give():
   t *= v
   t.sum().backward()
   assert v.grad.item() == 15.0 and x.grad.tolist() == [0.0, 6.0, 6.0] and t.tolist() == [15.0, 12.0, 18.0]
-  t = (x * 2).realize()
+  x.grad = v.grad = None
+  t = (x * 2).realize()  # (its old value is computed again from what it was computed from)
   t *= v
-  with pytest.raises(RuntimeError, match="written since"): t.sum().backward()
+  t.sum().backward()
+  assert v.grad.item() == 12.0 and x.grad.tolist() == [6.0, 6.0, 6.0]
+  b = Tensor([1.0, 2.0, 3.0]).contiguous().realize()  # (nothing computes its old value again)
+  b *= v
+  with pytest.raises(RuntimeError, match="values a write replaces"): b.sum().backward()
 
 def test_a_tinyjit_replay_runs_a_write_pending_into_a_weight_first():  # (a learning rate set between steps: ignored)
   w = Tensor([1.0, 2.0, 3.0]).contiguous().realize()

@@ -2829,9 +2829,17 @@ def note_writes(writes:dict[UOp, UOp], device:str):
   Where the value read the buffer it replaced (t *= v), that read stands for the graph the old value was computed
   from, if it was and its sources still hold their values; else a gradient that needs it raises (see gradients)."""
   for write in reading_trainable([u for u in writes if _held_in(u) not in trainable_nodes]):
-    view, old = writes[write], origin_of(writes[write])
-    if old is None or _last_raw_write(old.graph) > old.when: note_computed_from(view, write, device)
-    else: note_computed_from(view, substitute(write.src[1], {view: old.graph}), device)
+    value = _value_before(write)
+    note_computed_from(writes[write], write if value is write.src[1] else value, device)
+def _value_before(write:UOp) -> UOp:
+  """A write's value, where it reads the buffer it replaces (t *= v) through the view that holds the graph the old
+  value was computed from (t = (x * 2).realize()), with that graph read instead, if its sources still hold their
+  values: the old value, computed again. Asked before the write is noted done."""
+  view = write.src[0]
+  if (old := origin_of(view)) is None or _last_raw_write(old.graph) > old.when: return write.src[1]
+  def before(u:UOp, new:UOp) -> UOp:  # (an earlier write into the buffer still writes the buffer)
+    return old.graph if u is view else new.replace(src=(u.src[0], new.src[1])) if u.op is Ops.ASSIGN else new
+  return rebuild(write.src[1], before)
 def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
 def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
 
@@ -2840,7 +2848,9 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   graph); a realized result, the graph it was computed from; any other node, its sources."""
   # a write: to the value written (what its buffer held is gone), as torch's in-place ops; but a parameter's write
   # done (an optimizer's step) is its buffer, a leaf
-  if u.op is Ops.ASSIGN: return () if realized_view(u) is not None and _held_in(u) in trainable_nodes else (u.src[1],)
+  if u.op is Ops.ASSIGN:
+    if realized_view(u) is None: return (_value_before(u),)  # (pending: the old value it reads, computed again)
+    return () if _held_in(u) in trainable_nodes else (u.src[1],)
   if (found := origin_of(u)) is not None:
     # (its sources, or itself, written; a write it read is computed again: see gradients)
     if max(_last_raw_write(found.graph), u.src[0].arg.written) > found.when:
@@ -2927,7 +2937,7 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
   replaced: dict[UOp, UOp] = {}
   for u in writes:  # (the earlier first)
-    if not last(u): replaced[u] = substitute(u.src[1], replaced)
+    if not last(u): replaced[u] = substitute(order[u][0], replaced)  # (the value as the walk took it)
   if replaced:
     grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
