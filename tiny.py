@@ -1966,8 +1966,9 @@ class Tensor:
     for i in idx:
       width = i.ndim if mask(i) else 1  # the dims it covers
       if i is None: x = x.unsqueeze(dim)
-      elif mask(i) and not i.ndim:  # a new dim, of one element where it is True, of none where False (numpy's)
-        x, width = x.unsqueeze(dim)._along(dim, 0, int(i.item())), 1
+      elif mask(i) and not i.ndim:  # a new dim, picked once where it is True, never where False: an index (numpy's)
+        x, width = x.unsqueeze(dim), 1
+        picks.append((dim, Tensor([0] * int(i.item()), dtypes.int32, self.device)))
       elif mask(i):  # picked where it is True
         if i.shape != x.shape[dim:dim + width]:
           raise IndexError(f"a bool index of shape {i.shape} for dims of {x.shape[dim:dim + width]}")
