@@ -4304,6 +4304,30 @@ def test_a_write_realized_passes_gradients_on(realized):
   b.realize()
   with pytest.raises(RuntimeError, match="values a write replaces"): b.sum().backward()
 
+def test_a_realized_write_reading_its_own_buffer_passes_gradients_as_torch():
+  """h = a * a realized, then written from itself and realized: the gradient reaches a through the old value (the
+  graph it was computed from) and the new, as torch's (hand-derived: d/da of the sum); two writes realized together
+  note the last; equal gradients of two leaves stay each its own, across a second backward."""
+  def grad(write):
+    a = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    h = (a * a).realize()
+    write(h)
+    h.realize().sum().backward()
+    return a.grad.tolist()
+  def flip(h): h += h.flip(0)
+  def column(h): h[:, 0] = h[:, 1]
+  assert grad(flip) == [[4.0, 8.0], [12.0, 16.0]] and grad(column) == [[0.0, 8.0], [0.0, 16.0]]
+  a = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+  h = a * 1.0
+  h += a
+  h[0, 1] = 0.5
+  h.realize().sum().backward()
+  assert a.grad.tolist() == [[2.0, 0.0], [2.0, 2.0]]
+  a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
+  (a + b).sum().backward()
+  (a * b).sum().backward()
+  assert a.grad.tolist() == [4.0, 5.0] and b.grad.tolist() == [2.0, 3.0]
+
 def test_a_gradient_flows_back_through_a_copy_to_another_device():
   """to() and clone(device=) copy at once; the copy notes what it was copied from, so the gradient is copied back
   (not zeros, nor a .grad left None)."""

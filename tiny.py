@@ -2551,7 +2551,9 @@ class Tensor:
     grads, _ = gradients(self, self._start(gradient), [_grad_node(t.uop) for t in trainable])
     for t in trainable:
       if (g := grads.get(_grad_node(t.uop))) is None: continue
-      t.grad = g if t.grad is None else t.grad.assign(t.grad + g)  # (in place, as torch's and tinygrad's)
+      # (each a tensor of its own, the same on the next backward, as torch's and tinygrad's; not a write into its
+      # buffer: equal gradients share one)
+      t.grad = Tensor._of(g.uop, g.device) if t.grad is None else t.grad.replace(t.grad + g)
     return self
   def _start(self, gradient:Tensor|None) -> Tensor:  # the gradient of this tensor a walk starts from
     if not dtypes.is_float(self.dtype): raise DTypeError(f"can't differentiate a tensor of {self.dtype.name}")
@@ -2823,23 +2825,27 @@ def note_computed_from(view:UOp, graph:UOp, device:str):
   view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = Origin(graph, next(ticks), device)
 def _last_raw_write(graph:UOp) -> int:  # the last write into a buffer the graph reads but through a write's node
   values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
-  return max((u.arg.written for u in values if u.op is Ops.BUFFER), default=0)
+  return max((u.arg.written for u in values if u.op is Ops.BUFFER and isinstance(u.arg, Buffer)), default=0)
 def note_writes(writes:dict[UOp, UOp], device:str):
-  """Each write done (-> the view it wrote) into a tensor that isn't a parameter, of a value computed from one, noted
-  on its buffer as a realized result is: gradients pass through it (a parameter's, an optimizer's step, is a leaf).
-  Where the value read the buffer it replaced (t *= v), that read stands for the graph the old value was computed
-  from, if it was and its sources still hold their values; else a gradient that needs it raises (see gradients)."""
-  for write in reading_trainable([u for u in writes if _held_in(u) not in trainable_nodes]):
-    value = _value_before(write)
-    note_computed_from(writes[write], write if value is write.src[1] else value, device)
-def _value_before(write:UOp) -> UOp:
-  """A write's value, where it reads the buffer it replaces (t *= v) through the view that holds the graph the old
-  value was computed from (t = (x * 2).realize()), with that graph read instead, if its sources still hold their
-  values: the old value, computed again. Asked before the write is noted done."""
-  view = write.src[0]
-  if (old := origin_of(view)) is None or _last_raw_write(old.graph) > old.when: return write.src[1]
-  def before(u:UOp, new:UOp) -> UOp:  # (an earlier write into the buffer still writes the buffer)
-    return old.graph if u is view else new.replace(src=(u.src[0], new.src[1])) if u.op is Ops.ASSIGN else new
+  """The last write done (-> the view it wrote) into each tensor that isn't a parameter, of a value computed from one,
+  noted on its buffer as a realized result is: gradients pass through it (a parameter's, an optimizer's step, is a
+  leaf). Its value as the gradients see it: _value_before, with what the buffer held before."""
+  last = {view: write for write, view in writes.items()}  # (writes into one buffer run in order)
+  for write in reading_trainable([u for u in last.values() if _held_in(u) not in trainable_nodes]):
+    write.__dict__["value_before"] = _value_before(write, origin_of(writes[write]))  # (for graphs that hold it)
+    note_computed_from(writes[write], write.__dict__["value_before"], device)
+def _value_before(write:UOp, old:Origin|None, known=True) -> UOp:
+  """A write's value where it reads the buffer it replaces (t *= v): each such read made again over the graph the old
+  value was computed from (old: t = (x * 2).realize()), if its sources still hold their values; else over a buffer
+  that is gone (a gradient that needs it raises, see gradients; and one that flows into it, where the old value is
+  not known: asked of a write done). An earlier write into the buffer still writes it."""
+  buffer, gone = write.src[0].src[0], REPLACED if known else UNKNOWN
+  if old is not None and _last_raw_write(old.graph) > old.when: old = None
+  def before(u:UOp, new:UOp) -> UOp:
+    if u.op is Ops.ASSIGN: return new.replace(src=(u.src[0], new.src[1]))
+    if u.op is not Ops.VIEW or u.src[0] is not buffer: return new
+    if old is not None and _aliased(u) is buffer: return _moved_over(u, old.graph)
+    return UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), gone),), u.arg)
   return rebuild(write.src[1], before)
 def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
 def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
@@ -2849,9 +2855,10 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   graph); a realized result, the graph it was computed from; any other node, its sources."""
   # a write: to the value written (what its buffer held is gone), as torch's in-place ops; but a parameter's write
   # done (an optimizer's step) is its buffer, a leaf
-  if u.op is Ops.ASSIGN:
-    if realized_view(u) is None: return (_value_before(u),)  # (pending: the old value it reads, computed again)
-    return () if _held_in(u) in trainable_nodes else (u.src[1],)
+  if u.op is Ops.ASSIGN:  # (pending: what the buffer holds is its old value)
+    if realized_view(u) is None: return (_value_before(u, origin_of(u.src[0])),)
+    if _held_in(u) in trainable_nodes: return ()
+    return (u.__dict__.get("value_before") or _value_before(u, None, known=False),)
   if (found := origin_of(u)) is not None:
     # (its sources, or itself, written; a write it read is computed again: see gradients)
     if max(_last_raw_write(found.graph), u.src[0].arg.written) > found.when:
@@ -2943,9 +2950,13 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
     grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
   # first (or done, of a value that read it): it raises, as torch's autograd does for a value modified in place
-  stale = {u.src[0].src[0] for u in writes if realized_view(u) is None or u.src[0].src[0] in u.src[1].buffers}
+  stale = {u.src[0].src[0] for u in writes if realized_view(u) is None}
+  def gone(u:UOp) -> bool: return u in stale or (u.op is Ops.BUFFER and u.arg in (REPLACED, UNKNOWN))
+  if any(u.op is Ops.VIEW and u.src[0].arg == UNKNOWN for u in grads):
+    raise RuntimeError("a gradient flows into a value a write replaced, which nothing computes again: realize what "
+                       "it is computed from before writing it in place, or write a copy")
   for t in targets:
-    if t in grads and writes and any(u in stale for u in postorder([grads[t].uop], _unwritten_sources)):
+    if t in grads and any(gone(u) for u in postorder([grads[t].uop], _unwritten_sources)):
       raise RuntimeError(f"a gradient needs the values a write replaces ({t.shape}): realize what it is "
                          "computed from before writing it in place, or write a copy")
   return {t: grads[t] for t in targets if t in grads}, stops
@@ -6141,6 +6152,8 @@ def reuse_bytes() -> int:
 class Placeholder(NamedTuple):  # a BUFFER's arg in a composite's template: which of its inputs it stands for
   composite: str
   index: int
+# (BUFFER args in a gradient: a value a write replaced, gone, see _value_before; of a constant, or not known)
+REPLACED, UNKNOWN = Placeholder("what a write replaced", 0), Placeholder("what a write replaced", 1)
 
 def replayed(fn:Callable, templates:Bounded, args:tuple, kwargs:dict) -> Tensor:
   """A composite's call (see composite): its template, made once for the structure of its inputs, made again over
