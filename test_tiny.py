@@ -5916,7 +5916,7 @@ def test_a_0d_bool_index_adds_a_dim_of_one_or_none_and_masked_select_broadcasts_
   x = Tensor([[1.0, 2.0], [3.0, 4.0]])
   assert x[Tensor(False)].shape == (0, 2, 2) and x[Tensor(True)].tolist() == [[[1.0, 2.0], [3.0, 4.0]]]
   assert x[0, Tensor(True)].tolist() == [[1.0, 2.0]]
-  assert x[Tensor(True), Tensor([1, 0])].tolist() == [[3.0, 4.0], [1.0, 2.0]]  # (one index with the int tensors: torch's)
+  assert x[Tensor(True), Tensor([1, 0])].tolist() == [[3.0, 4.0], [1.0, 2.0]]  # (one index with the int tensors)
   with pytest.raises(IndexError): x[Tensor(False), Tensor([1, 0])]
   row, mask = [1.0, -2.0, 3.0], [[True, False, True], [False, True, False]]
   assert Tensor(row).masked_select(Tensor(mask)).tolist() == [1.0, 3.0, -2.0]
