@@ -2045,7 +2045,7 @@ class Tensor:
     if not isinstance(value, (Tensor, numbers.Number)): value = Tensor(value, self.dtype, self.device)
     v = self._const(value).cast(self.dtype)
     if isinstance(idx, Tensor) and idx.dtype == dtypes.bool and idx.ndim: return self.assign(self._masked(idx, v))
-    view, dims, idxs = self._stand_in()._viewed(idx)
+    view, dims, idxs = self._stand_in(Placeholder("setitem", 0))._viewed(idx)
     if dims: written, v = view._put(dims, idxs, v)
     else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
     self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
@@ -2060,8 +2060,8 @@ class Tensor:
     if v.ndim > len(rest):  # (read: how many places there are)
       v = v.expand(int(mask.sum().item()), *rest)[(mask.flatten().cumsum() - 1).maximum(0)].reshape(self.shape)
     return mask.reshape(*mask.shape, *(1,) * len(rest)).where(v, self)
-  def _stand_in(self) -> Tensor:  # of this tensor's shape, dtype and device, a view of no buffer: no move before
-    placeholder = UOp(Ops.BUFFER, self.dtype, (), Placeholder("stand-in", 0))
+  def _stand_in(self, arg:Placeholder) -> Tensor:  # of this one's shape, dtype and device: a whole view of no buffer
+    placeholder = UOp(Ops.BUFFER, self.dtype, (), arg)
     return Tensor._of(UOp(Ops.VIEW, self.dtype, (placeholder,), ShapeTracker.contiguous(self.shape)), self.device)
   def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
@@ -6196,8 +6196,9 @@ def _template(fn:Callable, args:tuple, kwargs:dict) -> Template|None:
   leaves: list[UOp] = []
   def stand_in(a):  # a tensor's placeholder: a whole view of a BUFFER that no buffer is behind
     if not isinstance(a, Tensor): return a
-    leaves.append(UOp(Ops.BUFFER, a.dtype, (), Placeholder(fn.__qualname__, len(leaves))))
-    return Tensor._of(UOp(Ops.VIEW, a.dtype, (leaves[-1],), ShapeTracker.contiguous(a.shape)), a.device)
+    placeholder = a._stand_in(Placeholder(fn.__qualname__, len(leaves)))
+    leaves.append(placeholder.uop.src[0])
+    return placeholder
   args = [stand_in(a) for a in args]  # (before the keywords': the leaves go in the inputs' order)
   out = fn(*args, **{k: stand_in(v) for k, v in kwargs.items()})
   steps, step_of = [], {}
