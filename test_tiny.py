@@ -4218,6 +4218,36 @@ def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_rai
   opt.step()
   with pytest.raises(RuntimeError, match="written since"): act.sum().backward()
   assert (w.sin().sum().gradient(w)[0]).tolist() == [1.0, 1.0, 1.0]  # computed again: at w = 0
+  h = Tensor([3.0, 4.0]).realize()
+  h.assign(Tensor([5.0, 6.0]) * 2)
+  y = h * x[:2]  # reads the write, done before y is (y's gradient, [10, 12], read the next write's value)
+  h.assign(Tensor([7.0, 8.0])).realize()
+  with pytest.raises(RuntimeError, match="written since"): y.sum().backward()
+
+# a = [[1, 2], [3, 4]]; each program's gradient of loss with respect to a, as torch's autograd gives it (by hand: h
+# = a^3 - a^2 in the first, so 3a^2 - 2a; in the detached writes, the gradient passes by the write)
+@pytest.mark.parametrize("program, grad", [
+  ("h = a*a*a; h.realize(); v = h.T; h -= a*a; v.realize(); loss = v.sum()", [[1, 8], [21, 40]]),
+  ("h = a*a*a; h.realize(); v = h[1:]; v *= a[1:]; v.realize(); loss = v.sum()", [[0, 0], [108, 256]]),
+  ("h = a*a*a; h.realize(); v = h.reshape(4); v += 1; v.realize(); loss = (h * a).sum()", [[5, 33], [109, 257]]),
+  ("h = a*1.0; h.realize(); h *= 3; h += h * 2.0; loss = h.sum()", [[9, 9], [9, 9]]),
+  ("h = a*1.0; h.realize(); h += a; h[1] = (h * 2.0)[1]; h.realize(); loss = h.sum()", [[2, 2], [4, 4]]),
+  ("h = a*a; h.realize(); v = h.T; v += a.T; h.realize(); v += 1; loss = h.sum()", [[3, 5], [7, 9]]),
+  ("h = a*2.0; h.realize(); d = h.detach(); d += 1; loss = h.sum()", [[2, 2], [2, 2]]),
+  ("h = a*2.0; h.realize(); h *= a; d = h.detach(); d += 1; d.realize(); loss = (h*a).sum()", [[7, 25], [55, 97]]),
+  ("h = a*a; h.realize(); r = h*1.0; h += a; r += r*2; loss = r.sum()", None),  # r's old value: from h's, gone
+])
+def test_a_write_is_seen_by_gradients_as_it_was_made(program, grad):
+  """A write's value as gradients see it is fixed when the write is made, over what its buffer held then: a later
+  write into the buffer, or its realize (through a view, or of both writes together), changes nothing; a write
+  through a detached view is passed by; a value gone, computed from a tensor written since, raises. Each of these
+  gave None or a wrong gradient, silently."""
+  a = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+  ns = {"a": a}
+  exec(program, ns)
+  if grad is None:
+    with pytest.raises(RuntimeError, match="a write replaced"): ns["loss"].backward()
+  else: assert ns["loss"].backward() is not None and a.grad.tolist() == grad
 
 def test_an_expression_realized_before_a_write_is_computed_again_after_it():
   """A realized node remembers the buffer that holds its value, and an equal graph built later reads it; once a

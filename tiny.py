@@ -2580,7 +2580,7 @@ class Tensor:
     if broadcast_shape(x.shape, self.shape) != self.shape:  # (broadcast, as torch's copy_ and tinygrad's)
       raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     x = x._expand(self.shape)
-    if self.uop.op is not Ops.ASSIGN and not _whole_buffer(self.uop):
+    if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and self.uop.arg.history[0].move is None):
       if (base := self._base()) is not None: return self._write_through(base, x)
       self.uop = self._owned().uop  # one to write into
     sharing = Tensor._realize_readers({self._written().src[0]}, self, x)
@@ -2602,21 +2602,24 @@ class Tensor:
     value = mask.where(_moved_back(x, self.uop), base)
     # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write)
     sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value)
-    base._write(value)
+    base._write(value, seen=self.uop.arg.history[0].move is None)
     Tensor._read_writes([t for t in sharing if t is not base])
     self.uop = UOp(Ops.VIEW, self.dtype, (base.uop,), self.uop.arg)  # it reads the write
     self._keep(x, base)
     return self
-  def _write(self, x:Tensor) -> Tensor:
+  def _write(self, x:Tensor, seen=True) -> Tensor:
     """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
-    buffers it writes)."""
+    buffers it writes). Not seen: through a detached view, passed by by gradients."""
     x = x.cast(self.dtype)
     written, value = self._written(), x.uop
     buffer = written.src[0].arg
+    # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
+    write = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
+    held = self.uop if self.uop.op is Ops.ASSIGN else written.replace(arg=written.arg.bare)
+    if (seen_as := _value_seen(write, held, seen)) is not None: write.__dict__["value_seen"] = seen_as
     buffer.note_write()  # (pending: what was realized into the buffer is stale already)
     buffer.pending, buffer.assigned = self, True
-    # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
-    self.uop = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
+    self.uop = write
     self._keep(x, self)
     return self
   def _keep(self, x:Tensor, whole:Tensor):
@@ -2644,7 +2647,7 @@ class Tensor:
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
       if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written
-        moved = t.uop.op is Ops.VIEW and t.uop.arg.before is not None  # (a view of one tensor: t.reshape(1, n))
+        moved = t.uop.op is Ops.VIEW and t.uop.arg.move is not None  # (a view of one tensor: t.reshape(1, n), detach)
         shared = t.uop not in skipped_nodes or whole.arg.assigned or moved
         (sharing if shared else readers).append(t)
       else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
@@ -2820,52 +2823,68 @@ def origin(buffer:UOp, st:ShapeTracker) -> Origin|None:
   """Where a gradient path runs through a realized result: the graph it was computed from. Tensor.realize notes it on
   the result's BUFFER node (Tensor.to, on its copy's), by the view's tracker, outside the node's four fields: the note
   lives as long as the buffer, so a view taken of the result reaches it after the result's own tensor is gone."""
-  return buffer.__dict__.get("computed_from", {}).get(st) if buffer.op is Ops.BUFFER else None
+  # (none for a detached view: its gradient stops)
+  if (notes := buffer.__dict__.get("computed_from")) is None or st.history[0].move is not None: return None
+  return notes.get(_lying(st, buffer))
 def note_computed_from(view:UOp, graph:UOp, device:str):
-  view.src[0].__dict__.setdefault("computed_from", {})[view.arg] = Origin(graph, next(ticks), device)
-def _last_raw_write(graph:UOp) -> int:  # the last write into a buffer the graph reads but through a write's node
-  values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
-  return max((u.arg.written for u in values if u.op is Ops.BUFFER and isinstance(u.arg, Buffer)), default=0)
+  notes = view.src[0].__dict__.setdefault("computed_from", {})
+  notes[_lying(view.arg, view.src[0])] = Origin(graph, next(ticks), device)
+def forget_computed_from(view:UOp):
+  view.src[0].__dict__.get("computed_from", {}).pop(_lying(view.arg, view.src[0]), None)
+def _lying(st:ShapeTracker, buffer:UOp) -> ShapeTracker|None:  # where a view lies, whatever moves led there
+  return None if st.is_contiguous and prod(st.shape) == buffer.arg.size else st.bare  # (None: all of it, in order)
+def _last_write_read(graph:UOp) -> int:  # last_write, where the graph may read a value gone (a placeholder)
+  return max((b.arg.written for b in graph.buffers if isinstance(b.arg, Buffer)), default=0)
 def note_writes(writes:dict[UOp, UOp], device:str):
   """The last write done (-> the view it wrote) into each tensor that isn't a parameter, of a value computed from one,
   noted on its buffer as a realized result is: gradients pass through it (a parameter's, an optimizer's step, is a
-  leaf). Its value as the gradients see it: _value_before, with what the buffer held before."""
+  leaf). Its value as the gradients see it: fixed when it was made (_value_seen)."""
   last = {view: write for write, view in writes.items()}  # (writes into one buffer run in order)
-  for write in reading_trainable([u for u in last.values() if _held_in(u) not in trainable_nodes]):
-    write.__dict__["value_before"] = _value_before(write, origin_of(writes[write]))  # (for graphs that hold it)
-    note_computed_from(writes[write], write.__dict__["value_before"], device)
-def _value_before(write:UOp, old:Origin|None, known=True) -> UOp:
-  """A write's value where it reads the buffer it replaces (t *= v): each such read made again over the graph the old
-  value was computed from (old: t = (x * 2).realize()), if its sources still hold their values; else over a buffer
-  that is gone (a gradient that needs it raises, see gradients; and one that flows into it, where the old value is
-  not known: asked of a write done). An earlier write into the buffer still writes it."""
-  buffer, gone = write.src[0].src[0], REPLACED if known else UNKNOWN
-  if old is not None and _last_raw_write(old.graph) > old.when: old = None
+  for write in last.values():
+    if _held_in(write) in trainable_nodes: continue
+    if (value := write.__dict__.get("value_seen")) is not None: note_computed_from(writes[write], value, device)
+    else: forget_computed_from(writes[write])  # (a value no gradient reaches: what it held before is gone)
+def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
+  """A write's value as gradients see it, fixed when it is made (a later write changes what its buffer holds): each
+  read of the buffer (t *= v) made again over the graph what the buffer holds (held, its tensor's node) was computed
+  from (t = (x * 2).realize()), if its sources still hold their values; else over a buffer that is gone: a gradient
+  that needs it raises (see gradients), and so does one that flows into it, where the old value was computed from
+  tensors written since. An earlier write reads as its value seen. A write through a detached view
+  (not seen) is passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
+  if not reading_trainable([write.src[1]] if seen else [write.src[1], held]): return None
+  buffer, gone = write.src[0].src[0], REPLACED
+  old = origin(buffer, write.src[0].arg.bare)
+  if old is not None and _last_write_read(old.graph) > old.when: old, gone = None, UNKNOWN
   def before(u:UOp, new:UOp) -> UOp:
-    if u.op is Ops.ASSIGN: return new.replace(src=(u.src[0], new.src[1]))
+    if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
+      if (seen := u.__dict__.get("value_seen")) is None: return new.src[1] if u.src[0].src[0] is buffer else u
+      if (done := u.__dict__.get("realized")) is None or not _stale(u, seen, done.when): return seen
+      return UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), UNKNOWN),), ShapeTracker.contiguous(u.shape))
     if u.op is not Ops.VIEW or u.src[0] is not buffer: return new
     if old is not None and _aliased(u) is buffer: return _moved_over(u, old.graph)
     return UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), gone),), u.arg)
-  return rebuild(write.src[1], before)
+  value = rebuild(write.src[1], before)
+  return value if seen else (was := rebuild(held, before)) + (value - was).detached()
+def _stale(u:UOp, graph:UOp, when:int) -> bool:  # what u was computed from then, or u itself, written since?
+  return max(_last_write_read(graph), _held_in(u).arg.written) > when
+def _fresh(u:UOp, graph:UOp, when:int) -> UOp:  # the graph u was computed from then, if what it read holds still
+  if _stale(u, graph, when):
+    raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself (an "
+                       f"assign, an optimizer's step): it would be taken at new values. Compute it again ({u.shape})")
+  return graph
 def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
 def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
 
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
   graph); a realized result, the graph it was computed from; any other node, its sources."""
-  # a write: to the value written (what its buffer held is gone), as torch's in-place ops; but a parameter's write
-  # done (an optimizer's step) is its buffer, a leaf
-  if u.op is Ops.ASSIGN:  # (pending: what the buffer holds is its old value)
-    if realized_view(u) is None: return (_value_before(u, origin_of(u.src[0])),)
-    if _held_in(u) in trainable_nodes: return ()
-    return (u.__dict__.get("value_before") or _value_before(u, None, known=False),)
-  if (found := origin_of(u)) is not None:
-    # (its sources, or itself, written; a write it read is computed again: see gradients)
-    if max(_last_raw_write(found.graph), u.src[0].arg.written) > found.when:
-      raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself "
-                         f"(an assign, an optimizer's step): it would be taken at new values. Compute it again "
-                         f"({u.shape})")
-    return (found.graph,)
+  # a write: to its value as gradients see it, as torch's in-place ops; a write done is a result realized from it, but
+  # a parameter's (an optimizer's step) is its buffer, a leaf
+  if u.op is Ops.ASSIGN:
+    if (seen := u.__dict__.get("value_seen")) is None or (done := u.__dict__.get("realized")) is None:
+      return () if seen is None else (seen,)
+    return () if _held_in(u) in trainable_nodes else (_fresh(u, seen, done.when),)
+  if (found := origin_of(u)) is not None: return (_fresh(u, found.graph, found.when),)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
   from_start = st.move is None  # u's last move was applied to the node's own whole view
@@ -2925,41 +2944,40 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   from the root's (seed); and the ops that stopped a gradient on its way to a target (an int source)."""
   sources_of = functools.cache(_grad_sources)  # (once a node: it may build a view)
   order = {u: sources_of(u) for u in postorder([root.uop], sources_of)}  # every node the gradients flow through
-  on_path = set(targets)  # the nodes some target is reached through (the targets too)
+  # the nodes some target is reached through (the targets too, and a value gone that a target's may have been)
+  on_path = set(targets) | {u for u in order if u.op is Ops.VIEW and u.src[0].arg == UNKNOWN}
   for u, sources in order.items():
     if any(s in on_path for s in sources): on_path.add(u)
   grads, stops = {root.uop: seed}, set()
   for u, sources in reversed(order.items()):
     if (g := grads.get(u)) is None or not any(s in on_path for s in sources): continue
     # a realized result: the values it was computed as (a copy: on their device)
-    if (found := origin_of(u)) is not None: partials = (g.to(found.device),)
+    if (found := origin_of(u)) is not None: partials = (g.to(found.device).reshape(found.graph.shape),)
     elif (rule := derivatives.get(u.op)) is None: raise RuntimeError(f"{u.op.name} has no derivative rule ({u!r})")
     else: partials = rule(g, Tensor._of(u, g.device), *[Tensor._of(s, g.device) for s in sources])
     for s, d in zip(sources, partials):
       if s not in on_path or d is None: continue  # (d None: a where's condition, whose gradient is 0)
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
       else: grads[s] = grads[s] + d if s in grads else d
-  # a gradient that reads a write which a later one into the buffer replaces, or a write done, reads the value it
-  # writes, computed again (its buffer will hold, or may hold, another)
-  writes = [u for u in order if u.op is Ops.ASSIGN and u in grads and order[u]]  # (walked through)
-  def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
-  replaced: dict[UOp, UOp] = {}
-  for u in writes:  # (the earlier first)
-    if not last(u): replaced[u] = substitute(order[u][0], replaced)  # (the value as the walk took it)
-  if replaced:
-    grads |= {t: Tensor._of(substitute(grads[t].uop, replaced), grads[t].device) for t in targets if t in grads}
-  # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
-  # first (or done, of a value that read it): it raises, as torch's autograd does for a value modified in place
-  stale = {u.src[0].src[0] for u in writes if realized_view(u) is None}
-  def gone(u:UOp) -> bool: return u in stale or (u.op is Ops.BUFFER and u.arg in (REPLACED, UNKNOWN))
   if any(u.op is Ops.VIEW and u.src[0].arg == UNKNOWN for u in grads):
     raise RuntimeError("a gradient flows into a value a write replaced, which nothing computes again: realize what "
                        "it is computed from before writing it in place, or write a copy")
-  for t in targets:
-    if t in grads and any(gone(u) for u in postorder([grads[t].uop], _unwritten_sources)):
+  # a gradient reads each write in it as the value it writes, computed again, but the write pending into its buffer
+  # (a later write replaces the others, or may have: a write done)
+  found = {t: grads[t] for t in targets if t in grads}
+  def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
+  replaced: dict[UOp, UOp] = {}
+  for u in postorder([g.uop for g in found.values()], lambda u: u.src):  # (the earlier first)
+    if u.op is Ops.ASSIGN and not last(u): replaced[u] = substitute(u.__dict__.get("value_seen", u.src[1]), replaced)
+  found = {t: Tensor._of(substitute(g.uop, replaced), g.device) for t, g in found.items()}
+  # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
+  # first: it raises, as torch's autograd does for a value modified in place
+  def gone(u:UOp) -> bool: return u.op is Ops.BUFFER and (u.arg in (REPLACED, UNKNOWN) or u.arg.pending is not None)
+  for t, g in found.items():
+    if any(gone(u) for u in postorder([g.uop], _unwritten_sources)):
       raise RuntimeError(f"a gradient needs the values a write replaces ({t.shape}): realize what it is "
                          "computed from before writing it in place, or write a copy")
-  return {t: grads[t] for t in targets if t in grads}, stops
+  return found, stops
 def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIGN else u.src  # (a write reads after)
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -6152,7 +6170,7 @@ def reuse_bytes() -> int:
 class Placeholder(NamedTuple):  # a BUFFER's arg in a composite's template: which of its inputs it stands for
   composite: str
   index: int
-# (BUFFER args in a gradient: a value a write replaced, gone, see _value_before; of a constant, or not known)
+# (BUFFER args in a gradient: a value a write replaced, gone, see _value_seen; of a constant, or not known)
 REPLACED, UNKNOWN = Placeholder("what a write replaced", 0), Placeholder("what a write replaced", 1)
 
 def replayed(fn:Callable, templates:Bounded, args:tuple, kwargs:dict) -> Tensor:
