@@ -2857,14 +2857,21 @@ def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
   if old is not None and _last_write_read(old.graph) > old.when: old, gone = None, UNKNOWN
   def before(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
-      if (seen := u.__dict__.get("value_seen")) is None: return new.src[1] if u.src[0].src[0] is buffer else u
-      if (done := u.__dict__.get("realized")) is None or not _stale(u, seen, done.when): return seen
-      return UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), UNKNOWN),), ShapeTracker.contiguous(u.shape))
+      if "value_seen" not in u.__dict__: return new.src[1] if u.src[0].src[0] is buffer else u
+      # (its reads of this buffer too, made again)
+      if (value := _value_read(u)) is not None: return rebuild(value, before)
+      return _gone(u.dtype, ShapeTracker.contiguous(u.shape), UNKNOWN)
     if u.op is not Ops.VIEW or u.src[0] is not buffer: return new
-    if old is not None and _aliased(u) is buffer: return _moved_over(u, old.graph)
-    return UOp(Ops.VIEW, u.dtype, (UOp(Ops.BUFFER, u.dtype, (), gone),), u.arg)
+    return _moved_over(u, old.graph) if old is not None and _aliased(u) is buffer else _gone(u.dtype, u.arg, gone)
   value = rebuild(write.src[1], before)
   return value if seen else (was := rebuild(held, before)) + (value - was).detached()
+def _value_read(u:UOp) -> UOp|None:
+  """A write, read where its buffer may hold another value by then: the value it wrote, as gradients see it, or
+  computed again; None where it can't be (what it read was written since it ran)."""
+  value = u.__dict__.get("value_seen", u.src[1])
+  return value if (done := u.__dict__.get("realized")) is None or _last_write_read(value) <= done.when else None
+def _gone(dtype:DType, st:ShapeTracker, what:Placeholder) -> UOp:  # a view of a value no buffer holds
+  return UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), what),), st)
 def _stale(u:UOp, graph:UOp, when:int) -> bool:  # what u was computed from then, or u itself, written since?
   return max(_last_write_read(graph), _held_in(u).arg.written) > when
 def _fresh(u:UOp, graph:UOp, when:int) -> UOp:  # the graph u was computed from then, if what it read holds still
@@ -2962,13 +2969,19 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   if any(u.op is Ops.VIEW and u.src[0].arg == UNKNOWN for u in grads):
     raise RuntimeError("a gradient flows into a value a write replaced, which nothing computes again: realize what "
                        "it is computed from before writing it in place, or write a copy")
-  # a gradient reads each write in it as the value it writes, computed again, but the write pending into its buffer
-  # (a later write replaces the others, or may have: a write done)
+  # a gradient reads each write in it as the value it writes, computed again, but where its buffer will hold that
+  # value: the write pending last into it, or one done that nothing wrote over since
   found = {t: grads[t] for t in targets if t in grads}
-  def last(u:UOp) -> bool: return (writer := u.src[0].src[0].arg.pending) is not None and writer.uop is u
+  def held(u:UOp) -> bool:
+    buffer = u.src[0].src[0].arg
+    if (done := u.__dict__.get("realized")) is not None: return buffer.written <= done.when
+    return buffer.pending is not None and buffer.pending.uop is u
   replaced: dict[UOp, UOp] = {}
   for u in postorder([g.uop for g in found.values()], lambda u: u.src):  # (the earlier first)
-    if u.op is Ops.ASSIGN and not last(u): replaced[u] = substitute(u.__dict__.get("value_seen", u.src[1]), replaced)
+    if u.op is Ops.ASSIGN and not held(u):
+      value = _value_read(u)
+      gone = _gone(u.dtype, ShapeTracker.contiguous(u.shape), REPLACED)  # (read, it raises: below)
+      replaced[u] = gone if value is None else substitute(value, replaced)
   found = {t: Tensor._of(substitute(g.uop, replaced), g.device) for t, g in found.items()}
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
   # first: it raises, as torch's autograd does for a value modified in place
