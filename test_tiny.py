@@ -4203,9 +4203,10 @@ def test_a_gradient_reaches_a_tensor_with_a_write_pending_and_flows_into_the_wri
   z[:2] = x[0, :2] * 3
   assert z.sum().gradient(x)[0].tolist() == [[3.0, 3.0, 0.0], [0.0, 0.0, 0.0]]
 
-def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_raises():
+def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_raises_or_reads_the_write():
   """y keeps the value it had before x was written; its gradient, taken at x's new value, would be
-  wrong: it raises, as torch's autograd does for a tensor modified in place."""
+  wrong: it raises, as torch's autograd does for a tensor modified in place. A write y read, written over since, is
+  read as its value, computed again."""
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
   y = (x * x).realize()
   x.assign(x + 1).realize()
@@ -4220,9 +4221,15 @@ def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_rai
   assert (w.sin().sum().gradient(w)[0]).tolist() == [1.0, 1.0, 1.0]  # computed again: at w = 0
   h = Tensor([3.0, 4.0]).realize()
   h.assign(Tensor([5.0, 6.0]) * 2)
-  y = h * x[:2]  # reads the write, done before y is (y's gradient, [10, 12], read the next write's value)
+  y = h * x[:2]  # reads the write, done before y is: read again as its value (not the next write's, [7, 8])
   h.assign(Tensor([7.0, 8.0])).realize()
-  with pytest.raises(RuntimeError, match="written since"): y.sum().backward()
+  assert y.sum().gradient(x)[0].tolist() == [10.0, 12.0, 0.0]
+  h = x * 1.0
+  h *= 2.0
+  y = h.exp()
+  h += y  # y realized first, reading the first write
+  want = [math.exp(2 * v) * (4 * v + 2 + 4 * math.exp(2 * v)) for v in (2, 3, 4)]  # of e^2x (2x + e^2x), x written
+  assert (y * h).sum().gradient(x)[0].tolist() == pytest.approx(want, rel=1e-5)
 
 # a = [[1, 2], [3, 4]]; each program's gradient of loss with respect to a, as torch's autograd gives it (by hand: h
 # = a^3 - a^2 in the first, so 3a^2 - 2a; in the detached writes, the gradient passes by the write)

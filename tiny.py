@@ -2684,9 +2684,12 @@ class Tensor:
     plan = planned(key, nodes)
     bufs = plan.run(buffers, device)
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a Slot's view: on this run's buffer
+    last = {view.src[0]: entry for entry, view in plan.writes.items()}  # (writes into one buffer run in order)
     for entry, view in plan.writes.items():
-      bufs[view.src[0].arg.index].pending = None  # (written)
+      buffer = bufs[view.src[0].arg.index]
+      buffer.pending = None  # (written)
       remember(nodes[entry], bound(view))
+      if last[view.src[0]] != entry: buffer.note_write()  # (written over by the last: its value is gone)
     note_writes({nodes[e]: bound(v) for e, v in plan.writes.items()}, device)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
@@ -2833,8 +2836,11 @@ def forget_computed_from(view:UOp):
   view.src[0].__dict__.get("computed_from", {}).pop(_lying(view.arg, view.src[0]), None)
 def _lying(st:ShapeTracker, buffer:UOp) -> ShapeTracker|None:  # where a view lies, whatever moves led there
   return None if st.is_contiguous and prod(st.shape) == buffer.arg.size else st.bare  # (None: all of it, in order)
-def _last_write_read(graph:UOp) -> int:  # last_write, where the graph may read a value gone (a placeholder)
-  return max((b.arg.written for b in graph.buffers if isinstance(b.arg, Buffer)), default=0)
+def _last_raw_write(graph:UOp) -> int:
+  """The last write into a buffer the graph reads, but where it reads a write's node: that is its value, computed
+  again where the buffer holds another by then (see gradients)."""
+  values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
+  return max((u.arg.written for u in values if u.op is Ops.BUFFER and isinstance(u.arg, Buffer)), default=0)
 def note_writes(writes:dict[UOp, UOp], device:str):
   """The last write done (-> the view it wrote) into each tensor that isn't a parameter, of a value computed from one,
   noted on its buffer as a realized result is: gradients pass through it (a parameter's, an optimizer's step, is a
@@ -2849,12 +2855,12 @@ def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
   read of the buffer (t *= v) made again over the graph what the buffer holds (held, its tensor's node) was computed
   from (t = (x * 2).realize()), if its sources still hold their values; else over a buffer that is gone: a gradient
   that needs it raises (see gradients), and so does one that flows into it, where the old value was computed from
-  tensors written since. An earlier write reads as its value seen. A write through a detached view
-  (not seen) is passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
+  tensors written since. An earlier write reads as its value seen. A write through a detached view (not seen) is
+  passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
   if not reading_trainable([write.src[1]] if seen else [write.src[1], held]): return None
   buffer, gone = write.src[0].src[0], REPLACED
   old = origin(buffer, write.src[0].arg.bare)
-  if old is not None and _last_write_read(old.graph) > old.when: old, gone = None, UNKNOWN
+  if old is not None and _last_raw_write(old.graph) > old.when: old, gone = None, UNKNOWN
   def before(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
       if "value_seen" not in u.__dict__: return new.src[1] if u.src[0].src[0] is buffer else u
@@ -2869,13 +2875,13 @@ def _value_read(u:UOp) -> UOp|None:
   """A write, read where its buffer may hold another value by then: the value it wrote, as gradients see it, or
   computed again; None where it can't be (what it read was written since it ran)."""
   value = u.__dict__.get("value_seen", u.src[1])
-  return value if (done := u.__dict__.get("realized")) is None or _last_write_read(value) <= done.when else None
+  return value if (done := u.__dict__.get("realized")) is None or _last_raw_write(value) <= done.when else None
 def _gone(dtype:DType, st:ShapeTracker, what:Placeholder) -> UOp:  # a view of a value no buffer holds
   return UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), what),), st)
-def _stale(u:UOp, graph:UOp, when:int) -> bool:  # what u was computed from then, or u itself, written since?
-  return max(_last_write_read(graph), _held_in(u).arg.written) > when
-def _fresh(u:UOp, graph:UOp, when:int) -> UOp:  # the graph u was computed from then, if what it read holds still
-  if _stale(u, graph, when):
+def _fresh(u:UOp, graph:UOp, when:int) -> UOp:
+  """The graph u was computed from then, if what it read holds still: a result realized, if its buffer does too (a
+  write done is its value, wherever it is read)."""
+  if max(_last_raw_write(graph), u.src[0].arg.written if u.op is Ops.VIEW else 0) > when:
     raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself (an "
                        f"assign, an optimizer's step): it would be taken at new values. Compute it again ({u.shape})")
   return graph
@@ -2976,13 +2982,12 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
     buffer = u.src[0].src[0].arg
     if (done := u.__dict__.get("realized")) is not None: return buffer.written <= done.when
     return buffer.pending is not None and buffer.pending.uop is u
-  replaced: dict[UOp, UOp] = {}
-  for u in postorder([g.uop for g in found.values()], lambda u: u.src):  # (the earlier first)
-    if u.op is Ops.ASSIGN and not held(u):
-      value = _value_read(u)
-      gone = _gone(u.dtype, ShapeTracker.contiguous(u.shape), REPLACED)  # (read, it raises: below)
-      replaced[u] = gone if value is None else substitute(value, replaced)
-  found = {t: Tensor._of(substitute(g.uop, replaced), g.device) for t, g in found.items()}
+  def read(u:UOp, new:UOp) -> UOp:  # (a write held is one to run, or run: what it reads is its own)
+    if u.op is not Ops.ASSIGN: return new
+    if held(u): return u
+    if (value := _value_read(u)) is None: return _gone(u.dtype, ShapeTracker.contiguous(u.shape), REPLACED)
+    return rebuild(value, read)  # (read, a value gone raises: below)
+  found = {t: Tensor._of(rebuild(g.uop, read), g.device) for t, g in found.items()}
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
   # first: it raises, as torch's autograd does for a value modified in place
   def gone(u:UOp) -> bool: return u.op is Ops.BUFFER and (u.arg in (REPLACED, UNKNOWN) or u.arg.pending is not None)
