@@ -2607,16 +2607,18 @@ class Tensor:
     self.uop = UOp(Ops.VIEW, self.dtype, (base.uop,), self.uop.arg)  # it reads the write
     self._keep(x, base)
     return self
-  def _write(self, x:Tensor, seen=True) -> Tensor:
+  def _write(self, x:Tensor, seen:bool|None=True) -> Tensor:
     """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
-    buffers it writes). Not seen: through a detached view, passed by by gradients."""
+    buffers it writes). Not seen: through a detached view, passed by by gradients; None: an optimizer's, of detached
+    values, which no gradient reaches (as torch's, under no_grad)."""
     x = x.cast(self.dtype)
     written, value = self._written(), x.uop
     buffer = written.src[0].arg
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     write = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
     held = self.uop if self.uop.op is Ops.ASSIGN else written.replace(arg=written.arg.bare)
-    if (seen_as := _value_seen(write, held, seen)) is not None: write.__dict__["value_seen"] = seen_as
+    if seen is not None and (value_seen := _value_seen(write, held, seen)) is not None:
+      write.__dict__["value_seen"] = value_seen
     buffer.note_write()  # (pending: what was realized into the buffer is stale already)
     buffer.pending, buffer.assigned = self, True
     self.uop = write
@@ -2975,9 +2977,13 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
   if any(u.op is Ops.VIEW and u.src[0].arg == UNKNOWN for u in grads):
     raise RuntimeError("a gradient flows into a value a write replaced, which nothing computes again: realize what "
                        "it is computed from before writing it in place, or write a copy")
-  # a gradient reads each write in it as the value it writes, computed again, but where its buffer will hold that
-  # value: the write pending last into it, or one done that nothing wrote over since
-  found = {t: grads[t] for t in targets if t in grads}
+  found = [t for t in targets if t in grads]
+  graphs = _reading_writes(UOp(Ops.SINK, None, tuple(grads[t].uop for t in found))).src
+  return {t: Tensor._of(graph, grads[t].device) for t, graph in zip(found, graphs)}, stops
+
+def _reading_writes(sink:UOp) -> UOp:
+  """Gradients (a SINK's sources) that read each write in them as the value it writes, computed again, but where
+  its buffer will hold that value: the write pending last into it, or one done that nothing wrote over since."""
   def held(u:UOp) -> bool:
     buffer = u.src[0].src[0].arg
     if (done := u.__dict__.get("realized")) is not None: return buffer.written <= done.when
@@ -2987,15 +2993,15 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
     if held(u): return u
     if (value := _value_read(u)) is None: return _gone(u.dtype, ShapeTracker.contiguous(u.shape), REPLACED)
     return rebuild(value, read)  # (read, a value gone raises: below)
-  found = {t: Tensor._of(rebuild(g.uop, read), g.device) for t, g in found.items()}
+  sink = rebuild(sink, read)
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
   # first: it raises, as torch's autograd does for a value modified in place
   def gone(u:UOp) -> bool: return u.op is Ops.BUFFER and (u.arg in (REPLACED, UNKNOWN) or u.arg.pending is not None)
-  for t, g in found.items():
-    if any(gone(u) for u in postorder([g.uop], _unwritten_sources)):
-      raise RuntimeError(f"a gradient needs the values a write replaces ({t.shape}): realize what it is "
+  for graph in sink.src:
+    if any(gone(u) for u in postorder([graph], _unwritten_sources)):
+      raise RuntimeError(f"a gradient needs the values a write replaces ({graph.shape}): realize what it is "
                          "computed from before writing it in place, or write a copy")
-  return found, stops
+  return sink
 def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIGN else u.src  # (a write reads after)
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -3031,7 +3037,7 @@ class Optimizer:
     # (computed in at least float32, as the state is kept: a float16 gradient's square underflows)
     nexts = [self._next(i, t.detach(), t.grad.detach().cast(dtypes.promote(t.dtype, dtypes.float32)))
              for i, t in enumerate(self.params)]
-    for t, new in zip(self.params, nexts): t._write(new)
+    for t, new in zip(self.params, nexts): t._write(new, seen=None)
     Tensor._read_writes(sharing)
     return written
   def _write_state(self): pass  # the state that is the same for every parameter, written before _next reads it
@@ -3055,7 +3061,7 @@ class SGD(Optimizer):
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
     if self.weight_decay: g = g + self.weight_decay * p
     if self.momentum:
-      b = self.b[i]._write(self.momentum * self.b[i] + g)
+      b = self.b[i]._write(self.momentum * self.b[i] + g, seen=None)
       g = g + self.momentum * b if self.nesterov else b
     return self._stepped(p, g)
 
@@ -3073,12 +3079,12 @@ class Adam(Optimizer):
   @property
   def state(self) -> list[Tensor]: return self.m + self.v + [self.b1_t, self.b2_t]
   def _write_state(self):
-    self.b1_t._write(self.b1_t * self.b1)
-    self.b2_t._write(self.b2_t * self.b2)
+    self.b1_t._write(self.b1_t * self.b1, seen=None)
+    self.b2_t._write(self.b2_t * self.b2, seen=None)
   def _next(self, i:int, p:Tensor, g:Tensor) -> Tensor:
     if self.weight_decay and not self.decoupled: g = g + self.weight_decay * p
-    m = self.m[i]._write(self.b1 * self.m[i] + (1 - self.b1) * g)
-    v = self.v[i]._write(self.b2 * self.v[i] + (1 - self.b2) * g * g)
+    m = self.m[i]._write(self.b1 * self.m[i] + (1 - self.b1) * g, seen=None)
+    v = self.v[i]._write(self.b2 * self.v[i] + (1 - self.b2) * g * g, seen=None)
     up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
     if self.decoupled: up = up + self.weight_decay * p
     if self.trust:  # LAMB's: |p| / |up|, 1 where either is 0
