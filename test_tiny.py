@@ -4242,6 +4242,7 @@ def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_rai
   ("h = a*a; h.realize(); v = h.T; v += a.T; h.realize(); v += 1; loss = h.sum()", [[3, 5], [7, 9]]),
   ("h = a*2.0; h.realize(); d = h.detach(); d += 1; loss = h.sum()", [[2, 2], [2, 2]]),
   ("h = a*2.0; h.realize(); h *= a; d = h.detach(); d += 1; d.realize(); loss = (h*a).sum()", [[7, 25], [55, 97]]),
+  ("h = a*2.0; h.realize(); d = h.detach()[1:]; d *= 3; loss = (h*h).sum()", [[8, 16], [72, 96]]),  # h: 2a, 6a
   ("h = a*a; h.realize(); r = h*1.0; h += a; r += r*2; loss = r.sum()", None),  # r's old value: from h's, gone
 ])
 def test_a_write_is_seen_by_gradients_as_it_was_made(program, grad):
