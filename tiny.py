@@ -2703,7 +2703,8 @@ class Tensor:
         t.uop = _moved_over(t.uop, UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,))))
       else:
         held = bound(view)
-        if t.uop in trained_from: note_computed_from(held, t.uop, device)  # (the gradient walk goes on through it)
+        # (the gradient walk goes on through it)
+        if t.uop in trained_from: note_computed_from(held, rebuild(t.uop, _read_over_origin), device)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed. A view of a buffer stays
@@ -2838,11 +2839,14 @@ def forget_computed_from(view:UOp):
   view.src[0].__dict__.get("computed_from", {}).pop(_lying(view.arg, view.src[0]), None)
 def _lying(st:ShapeTracker, buffer:UOp) -> ShapeTracker|None:  # where a view lies, whatever moves led there
   return None if st.is_contiguous and prod(st.shape) == buffer.arg.size else st.bare  # (None: all of it, in order)
-def _last_raw_write(graph:UOp) -> int:
-  """The last write into a buffer the graph reads, but where it reads a write's node: that is its value, computed
-  again where the buffer holds another by then (see gradients)."""
-  values = postorder([graph], lambda u: (u.src[1],) if u.op is Ops.ASSIGN else u.src)
-  return max((u.arg.written for u in values if u.op is Ops.BUFFER and isinstance(u.arg, Buffer)), default=0)
+def _graph_then(graph:UOp, when:int) -> UOp:
+  """graph as it was at tick `when`: where it reads a buffer written since, a value gone (a gradient that needs it, or
+  flows into a trainable one, raises: see gradients). A write it reads is its value, wherever it is read."""
+  def unwritten(u:UOp, new:UOp) -> UOp:
+    if u.op is Ops.ASSIGN: return u
+    if not u.in_memory or not isinstance(u.src[0].arg, Buffer) or u.src[0].arg.written <= when: return new
+    return _gone(u.dtype, u.arg, UNKNOWN if u.src[0] in trainable_nodes else REPLACED)
+  return rebuild(graph, unwritten)
 def note_writes(writes:dict[UOp, UOp], device:str):
   """The last write done (-> the view it wrote) into each tensor that isn't a parameter, of a value computed from one,
   noted on its buffer as a realized result is: gradients pass through it (a parameter's, an optimizer's step, is a
@@ -2853,40 +2857,38 @@ def note_writes(writes:dict[UOp, UOp], device:str):
     if (value := write.__dict__.get("value_seen")) is not None: note_computed_from(writes[write], value, device)
     else: forget_computed_from(writes[write])  # (a value no gradient reaches: what it held before is gone)
 def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
-  """A write's value as gradients see it, fixed when it is made (a later write changes what its buffer holds): each
-  read of the buffer (t *= v) made again over the graph what the buffer holds (held, its tensor's node) was computed
-  from (t = (x * 2).realize()), if its sources still hold their values; else over a buffer that is gone: a gradient
-  that needs it raises (see gradients), and so does one that flows into it, where the old value was computed from
-  tensors written since. An earlier write reads as its value seen. A write through a detached view (not seen) is
-  passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
+  """A write's value as gradients see it, fixed when it is made (a later write changes what its buffer holds): its
+  reads of realized results, the buffer it replaces among them (t *= v), made over what they were computed from
+  (t = (x * 2).realize()); a read of the buffer it replaces holding no such result, a value gone (a gradient that
+  needs it raises: see gradients). An earlier write reads as its own value seen. A write through a detached view (not
+  seen) is passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
   if not reading_trainable([write.src[1]] if seen else [write.src[1], held]): return None
-  buffer, gone = write.src[0].src[0], REPLACED
-  old = origin(buffer, write.src[0].arg.bare)
-  if old is not None and _last_raw_write(old.graph) > old.when: old, gone = None, UNKNOWN
+  buffer = write.src[0].src[0]
   def before(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
       if "value_seen" not in u.__dict__: return new.src[1] if u.src[0].src[0] is buffer else u
-      # (its reads of this buffer too, made again)
-      if (value := _value_read(u)) is not None: return rebuild(value, before)
-      return _gone(u.dtype, ShapeTracker.contiguous(u.shape), UNKNOWN)
-    if u.op is not Ops.VIEW or u.src[0] is not buffer: return new
-    return _moved_over(u, old.graph) if old is not None and _aliased(u) is buffer else _gone(u.dtype, u.arg, gone)
+      return rebuild(_value_read(u), before)  # (its reads of this buffer too, made again)
+    return _read_over_origin(u, _gone(u.dtype, u.arg, REPLACED) if u.op is Ops.VIEW and u.src[0] is buffer else new)
   value = rebuild(write.src[1], before)
   return value if seen else (was := rebuild(held, before)) + (value - was).detached()
-def _value_read(u:UOp) -> UOp|None:
-  """A write, read where its buffer may hold another value by then: the value it wrote, as gradients see it, or
-  computed again; None where it can't be (what it read was written since it ran)."""
+def _read_over_origin(u:UOp, new:UOp) -> UOp:
+  """A read of a realized result's buffer made over the graph it was computed from, where that holds still: a graph
+  noted, or a write's value seen, so made stays true once the buffer is written (y = (t * 3).realize(); t *= v)."""
+  if u.op is Ops.ASSIGN: return u  # (a write reads its own target: see gradients for how a write is read)
+  if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER or _aliased(u) is not u.src[0]: return new
+  if (found := origin(u.src[0], u.arg.history[0])) is None: return new
+  if u.src[0].arg.written > found.when: return _gone(u.dtype, u.arg, UNKNOWN)  # (it holds another value now)
+  return _moved_over(u, _graph_then(found.graph, found.when))
+def _value_read(u:UOp) -> UOp:  # a write read where its buffer may hold another value by then: its value, again
   value = u.__dict__.get("value_seen", u.src[1])
-  return value if (done := u.__dict__.get("realized")) is None or _last_raw_write(value) <= done.when else None
+  return value if (done := u.__dict__.get("realized")) is None else _graph_then(value, done.when)
 def _gone(dtype:DType, st:ShapeTracker, what:Placeholder) -> UOp:  # a view of a value no buffer holds
   return UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), what),), st)
-def _fresh(u:UOp, graph:UOp, when:int) -> UOp:
-  """The graph u was computed from then, if what it read holds still: a result realized, if its buffer does too (a
-  write done is its value, wherever it is read)."""
-  if max(_last_raw_write(graph), u.src[0].arg.written if u.op is Ops.VIEW else 0) > when:
-    raise RuntimeError("a gradient runs through a result realized from tensors written since, or written itself (an "
-                       f"assign, an optimizer's step): it would be taken at new values. Compute it again ({u.shape})")
-  return graph
+def _computed_from(u:UOp, graph:UOp, when:int) -> UOp:  # a result realized at tick `when`: its graph then
+  if u.op is Ops.VIEW and u.src[0].arg.written > when:
+    raise RuntimeError("a gradient runs through a result written since it was realized (an assign, a TinyJit replay): "
+                       f"it would be taken at new values. Compute it again ({u.shape})")
+  return _graph_then(graph, when)
 def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
 def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
 
@@ -2898,8 +2900,8 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if u.op is Ops.ASSIGN:
     if (seen := u.__dict__.get("value_seen")) is None or (done := u.__dict__.get("realized")) is None:
       return () if seen is None else (seen,)
-    return () if _held_in(u) in trainable_nodes else (_fresh(u, seen, done.when),)
-  if (found := origin_of(u)) is not None: return (_fresh(u, found.graph, found.when),)
+    return () if _held_in(u) in trainable_nodes else (_computed_from(u, seen, done.when),)
+  if (found := origin_of(u)) is not None: return (_computed_from(u, found.graph, found.when),)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
   from_start = st.move is None  # u's last move was applied to the node's own whole view
@@ -2975,8 +2977,8 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
       if not dtypes.is_float(s.dtype): stops.add(u.op.name)
       else: grads[s] = grads[s] + d if s in grads else d
   if any(u.op is Ops.VIEW and u.src[0].arg == UNKNOWN for u in grads):
-    raise RuntimeError("a gradient flows into a value a write replaced, which nothing computes again: realize what "
-                       "it is computed from before writing it in place, or write a copy")
+    raise RuntimeError("a gradient flows into a value written since it was read (an assign, an optimizer's step), "
+                       "which nothing computes again: take the gradient before the write, or write a copy")
   found = [t for t in targets if t in grads]
   graphs = _reading_writes(UOp(Ops.SINK, None, tuple(grads[t].uop for t in found))).src
   return {t: Tensor._of(graph, grads[t].device) for t, graph in zip(found, graphs)}, stops
@@ -2991,8 +2993,7 @@ def _reading_writes(sink:UOp) -> UOp:
   def read(u:UOp, new:UOp) -> UOp:  # (a write held is one to run, or run: what it reads is its own)
     if u.op is not Ops.ASSIGN: return new
     if held(u): return u
-    if (value := _value_read(u)) is None: return _gone(u.dtype, ShapeTracker.contiguous(u.shape), REPLACED)
-    return rebuild(value, read)  # (read, a value gone raises: below)
+    return rebuild(_value_read(u), read)  # (read, a value gone raises: below)
   sink = rebuild(sink, read)
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
   # first: it raises, as torch's autograd does for a value modified in place
