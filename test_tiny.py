@@ -4247,6 +4247,7 @@ def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_rai
   ("h = a*a; h.realize(); b = Tensor.ones(2, 2).contiguous().realize(); v = h.T; v -= a + b; b += 1; loss = v.sum()",
    [[1, 3], [5, 7]]),  # (b's value, written since, is not needed)
   ("y = (a*a).realize(); a.assign(a + 1).realize(); loss = y.sum()", None),  # y's from a's old value
+  ("h = Tensor.ones(3, 2).contiguous().realize(); v = h[1:]; v[1:] += a[1:] * 3.0; loss = h.sum()", [[0, 0], [3, 3]]),
 ])
 def test_a_write_is_seen_by_gradients_as_it_was_made(program, grad):
   """A write's value as gradients see it is fixed when the write is made, over what its buffer held then: a later

@@ -2875,8 +2875,8 @@ def _read_over_origin(u:UOp, new:UOp) -> UOp:
   """A read of a realized result's buffer made over the graph it was computed from, where that holds still: a graph
   noted, or a write's value seen, so made stays true once the buffer is written (y = (t * 3).realize(); t *= v)."""
   if u.op is Ops.ASSIGN: return u  # (a write reads its own target: see gradients for how a write is read)
-  if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER or _aliased(u) is not u.src[0]: return new
-  if (found := origin(u.src[0], u.arg.history[0])) is None: return new
+  if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER: return new
+  if (found := origin(u.src[0], u.arg.history[0])) is None or _aliased(u) is not u.src[0]: return new
   if u.src[0].arg.written > found.when: return _gone(u.dtype, u.arg, UNKNOWN)  # (it holds another value now)
   return _moved_over(u, _graph_then(found.graph, found.when))
 def _value_read(u:UOp) -> UOp:  # a write read where its buffer may hold another value by then: its value, again
