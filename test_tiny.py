@@ -4230,6 +4230,11 @@ def test_a_gradient_through_a_result_realized_before_its_inputs_were_written_rai
   h += y  # y realized first, reading the first write
   want = [math.exp(2 * v) * (4 * v + 2 + 4 * math.exp(2 * v)) for v in (2, 3, 4)]  # of e^2x (2x + e^2x), x written
   assert (y * h).sum().gradient(x)[0].tolist() == pytest.approx(want, rel=1e-5)
+  b = Tensor([3.0, 4.0]).contiguous().realize()
+  y = (x[:2] * b).realize()
+  b += 1
+  assert (y * 2).sum().gradient(y)[0].tolist() == [2.0, 2.0]  # (y's graph read b: its old value is gone, not needed)
+  with pytest.raises(RuntimeError, match="values a write replaces"): (y * 2).sum().gradient(x)  # (b's old value)
 
 # a = [[1, 2], [3, 4]]; each program's gradient of loss with respect to a, as torch's autograd gives it (by hand: h
 # = a^3 - a^2 in the first, so 3a^2 - 2a; in the detached writes, the gradient passes by the write)

@@ -2954,7 +2954,8 @@ def _read_sources(u:UOp) -> tuple[UOp, ...]:
     st = st.before
   return srcs
 
-def _grad_node(u:UOp) -> UOp: return computed_from(u) or u  # where a tensor's gradient arrives
+def _grad_node(u:UOp) -> UOp:  # where a tensor's gradient arrives: a realized result's, its graph as the walk takes it
+  return _computed_from(u, found.graph, found.when) if (found := origin_of(u)) is not None else u
 
 def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Tensor], set[str]]:
   """The gradients of the targets the root reaches through float ops, by the rules above in reverse topological order
