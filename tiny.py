@@ -2695,6 +2695,8 @@ class Tensor:
     note_writes({nodes[e]: bound(v) for e, v in plan.writes.items()}, device)
     computed = [t.uop for t, view in zip(group, plan.root_views) if view is not None and t.uop.op is not Ops.ASSIGN]
     trained_from = reading_trainable(computed)
+    # (where the graph reads results realized before: each read made over what they were computed from)
+    over = bool(trained_from) and any(u.in_memory and "computed_from" in u.src[0].__dict__ for u in nodes)
     for t, view in zip(group, plan.root_views):
       # read from memory already (a view of a buffer stays one: a write through it reaches the buffer)
       if view is None or t.uop.in_memory:
@@ -2704,7 +2706,7 @@ class Tensor:
       else:
         held = bound(view)
         # (the gradient walk goes on through it)
-        if t.uop in trained_from: note_computed_from(held, rebuild(t.uop, _read_over_origin), device)
+        if t.uop in trained_from: note_computed_from(held, rebuild(t.uop, _read_over_origin) if over else t.uop, device)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computing it (contiguous) first if needed. A view of a buffer stays
