@@ -2861,16 +2861,24 @@ def note_writes(writes:dict[UOp, UOp], device:str):
 def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
   """A write's value as gradients see it, fixed when it is made (a later write changes what its buffer holds): its
   reads of realized results, the buffer it replaces among them (t *= v), made over what they were computed from
-  (t = (x * 2).realize()); a read of the buffer it replaces holding no such result, a value gone (a gradient that
-  needs it raises: see gradients). An earlier write reads as its own value seen. A write through a detached view (not
-  seen) is passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
+  (t = (x * 2).realize()); a read of the buffer it replaces holding no such result, over a copy of what it holds (b *=
+  v: torch's saved tensor). An earlier write reads as its own value seen. A write through a detached view (not seen)
+  is passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
   if not reading_trainable([write.src[1]] if seen else [write.src[1], held]): return None
   buffer = write.src[0].src[0]
+  @functools.cache
+  def kept() -> UOp:  # what the buffer holds now, copied (torch's saved tensor): a write may read it, once
+    whole = UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,)))
+    return Tensor._of(whole, buffer.arg.device).clone().realize().uop
   def before(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
       if "value_seen" not in u.__dict__: return new.src[1] if u.src[0].src[0] is buffer else u
       return rebuild(_value_read(u), before)  # (its reads of this buffer too, made again)
-    return _read_over_origin(u, _gone(u.dtype, u.arg, REPLACED) if u.op is Ops.VIEW and u.src[0] is buffer else new)
+    if u.op is not Ops.VIEW or u.src[0] is not buffer: return _read_over_origin(u, new)
+    if (read := _read_over_origin(u, None)) is not None: return read
+    # (a trainable tensor's own value: the leaf, written)
+    if _aliased(u) is not buffer or buffer in trainable_nodes: return _gone(u.dtype, u.arg, REPLACED)
+    return _moved_over(u, kept())
   value = rebuild(write.src[1], before)
   return value if seen else (was := rebuild(held, before)) + (value - was).detached()
 def _read_over_origin(u:UOp, new:UOp) -> UOp:
