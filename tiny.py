@@ -2872,13 +2872,17 @@ def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
     return Tensor._of(whole, buffer.arg.device).clone().realize().uop
   def before(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
-      if "value_seen" not in u.__dict__: return new.src[1] if u.src[0].src[0] is buffer else u
-      return rebuild(_value_read(u), before)  # (its reads of this buffer too, made again)
+      if "value_seen" in u.__dict__: return rebuild(_value_read(u), before)  # (its reads of this buffer too, again)
+      if u.src[0].src[0] is not buffer: return u
+      return new.src[1] if "realized" not in u.__dict__ else rebuild(u.src[1], before_it)
     if u.op is not Ops.VIEW or u.src[0] is not buffer: return _read_over_origin(u, new)
     if (read := _read_over_origin(u, None)) is not None: return read
-    # (a trainable tensor's own value: the leaf, written)
-    if _aliased(u) is not buffer or buffer in trainable_nodes: return _gone(u.dtype, u.arg, REPLACED)
+    # (not a trainable tensor's own value, the leaf written; nor where a write pending into it makes now ambiguous)
+    if _aliased(u) is not buffer or buffer in trainable_nodes or buffer.arg.pending is not None:
+      return _gone(u.dtype, u.arg, REPLACED)
     return _moved_over(u, kept())
+  def before_it(u:UOp, new:UOp) -> UOp:  # (in a write into the buffer done before: what it read of the buffer is gone)
+    return _gone(u.dtype, u.arg, REPLACED) if u.op is Ops.VIEW and u.src[0] is buffer else before(u, new)
   value = rebuild(write.src[1], before)
   return value if seen else (was := rebuild(held, before)) + (value - was).detached()
 def _read_over_origin(u:UOp, new:UOp) -> UOp:
