@@ -2609,7 +2609,7 @@ class Tensor:
     return self
   def _write(self, x:Tensor, seen:bool|None=True) -> Tensor:
     """assign's write, once what reads this tensor's buffer is realized (an optimizer's step: one pass for all the
-    buffers it writes). Not seen: through a detached view, passed by by gradients; None: an optimizer's, of detached
+    buffers it writes). Not seen: through a detached view, which gradients pass by; None: an optimizer's, of detached
     values, which no gradient reaches (as torch's, under no_grad)."""
     x = x.cast(self.dtype)
     written, value = self._written(), x.uop
@@ -2871,7 +2871,7 @@ def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
     whole = UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,)))
     return Tensor._of(whole, buffer.arg.device).clone().realize().uop
   def before(u:UOp, new:UOp) -> UOp:
-    if u.op is Ops.ASSIGN:  # (none seen: of a value no gradient reaches; into this buffer, computed again)
+    if u.op is Ops.ASSIGN:  # (its value seen; none: of a value no gradient reaches, into this buffer computed again)
       if "value_seen" in u.__dict__: return rebuild(_value_read(u), before)  # (its reads of this buffer too, again)
       if u.src[0].src[0] is not buffer: return u
       return new.src[1] if "realized" not in u.__dict__ else rebuild(u.src[1], before_it)
