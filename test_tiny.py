@@ -4267,6 +4267,24 @@ def test_a_write_is_seen_by_gradients_as_it_was_made(program, grad):
     with pytest.raises(RuntimeError, match="written since"): ns["loss"].backward()
   else: assert ns["loss"].backward() is not None and a.grad.tolist() == grad
 
+# the same on a 2x3 a, each output weighted by w (W: w.T), so that a transpose or a row swapped shows; torch's values
+@pytest.mark.parametrize("program, grad", [
+  ("h = a*a*a; R(h); v = h.T; h -= a*a; R(v); loss = (v * W).sum()", [[1, 16, 21], [120, 65, 192]]),
+  ("h = a*1.0; R(h); h *= 3; h += h * 2.0; loss = (h * w).sum()", [[9, 18, 9], [27, 9, 18]]),
+  ("h = a*a; R(h); v = h.T; v += a.T; R(h); v += 1; loss = (h * w).sum()", [[3, 10, 7], [27, 11, 26]]),
+  ("h = a*2.0; R(h); d = h.detach()[1:]; d *= 3; loss = (h * h * w).sum()", [[8, 32, 24], [288, 120, 288]]),
+  ("h = a*a; R(h); r = h*1.0; h += a; r += r*2; loss = (r * w).sum()", [[6, 24, 18], [72, 30, 72]]),
+  ("b = P(); b[1:] *= a[1:]; loss = (b * b * w).sum()", [[0, 0, 0], [384, 250, 864]]),  # (b's old value kept)
+])
+def test_a_write_is_seen_by_gradients_as_it_was_made_on_a_non_square_tensor(program, grad):
+  a = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+  w = Tensor([[1.0, 2.0, 1.0], [3.0, 1.0, 2.0]])
+  ns = {"a": a, "w": w, "W": w.T.contiguous(), "R": Tensor.realize,
+        "P": lambda: Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) * 1.0}
+  exec(program, ns)
+  ns["loss"].backward()
+  assert a.grad.tolist() == grad
+
 def test_an_expression_realized_before_a_write_is_computed_again_after_it():
   """A realized node remembers the buffer that holds its value, and an equal graph built later reads it; once a
   buffer the node reads is written (an assign, an optimizer's step, a TinyJit replay), the note is stale. It was

@@ -2061,8 +2061,7 @@ class Tensor:
       v = v.expand(int(mask.sum().item()), *rest)[(mask.flatten().cumsum() - 1).maximum(0)].reshape(self.shape)
     return mask.reshape(*mask.shape, *(1,) * len(rest)).where(v, self)
   def _stand_in(self, arg:Placeholder) -> Tensor:  # of this one's shape, dtype and device: a whole view of no buffer
-    placeholder = UOp(Ops.BUFFER, self.dtype, (), arg)
-    return Tensor._of(UOp(Ops.VIEW, self.dtype, (placeholder,), ShapeTracker.contiguous(self.shape)), self.device)
+    return Tensor._of(_unheld(self.dtype, ShapeTracker.contiguous(self.shape), arg), self.device)
   def _index_dim(self, op:str, dim:int, index:Tensor) -> int:  # gather's or scatter's dim, the index's shape checked
     d = self._dim(dim)
     if not dtypes.is_int(index.dtype): raise DTypeError(f"{op}'s index must be of ints, not {index.dtype.name}")
@@ -2616,8 +2615,8 @@ class Tensor:
     buffer = written.src[0].arg
     # (hash-consing may give back an assign node that already ran: unrealized() drops its note, so this write runs)
     write = unrealized(UOp(Ops.ASSIGN, self.dtype, (written, value)))
-    held = self.uop if self.uop.op is Ops.ASSIGN else written.replace(arg=written.arg.bare)
-    if seen is not None and (value_seen := _value_seen(write, held, seen)) is not None:
+    old = self.uop if self.uop.op is Ops.ASSIGN else written.replace(arg=written.arg.bare)  # (what it replaces)
+    if seen is not None and (value_seen := _value_seen(write, old, seen)) is not None:
       write.__dict__["value_seen"] = value_seen
     buffer.note_write()  # (pending: what was realized into the buffer is stale already)
     buffer.pending, buffer.assigned = self, True
@@ -2702,7 +2701,7 @@ class Tensor:
       if view is None or t.uop.in_memory:
         t.uop = realized_view(t.uop) or t.uop
       elif (buffer := _aliased(t.uop)) is not None:  # a view of a write: of its buffer now, still shared
-        t.uop = _moved_over(t.uop, UOp(Ops.VIEW, t.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,))))
+        t.uop = _moved_over(t.uop, _flat(buffer))
       else:
         held = bound(view)
         # (the gradient walk goes on through it)
@@ -2847,7 +2846,7 @@ def _graph_then(graph:UOp, when:int) -> UOp:
   def unwritten(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN: return u
     if not u.in_memory or not isinstance(u.src[0].arg, Buffer) or u.src[0].arg.written <= when: return new
-    return _gone(u.dtype, u.arg, UNKNOWN if u.src[0] in trainable_nodes else REPLACED)
+    return _unheld(u.dtype, u.arg, UNKNOWN if u.src[0] in trainable_nodes else REPLACED)
   return rebuild(graph, unwritten)
 def note_writes(writes:dict[UOp, UOp], device:str):
   """The last write done (-> the view it wrote) into each tensor that isn't a parameter, of a value computed from one,
@@ -2858,18 +2857,17 @@ def note_writes(writes:dict[UOp, UOp], device:str):
     if _held_in(write) in trainable_nodes: continue
     if (value := write.__dict__.get("value_seen")) is not None: note_computed_from(writes[write], value, device)
     else: forget_computed_from(writes[write])  # (a value no gradient reaches: what it held before is gone)
-def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
+def _value_seen(write:UOp, old:UOp, seen:bool) -> UOp|None:
   """A write's value as gradients see it, fixed when it is made (a later write changes what its buffer holds): its
   reads of realized results, the buffer it replaces among them (t *= v), made over what they were computed from
   (t = (x * 2).realize()); a read of the buffer it replaces holding no such result, over a copy of what it holds (b *=
   v: torch's saved tensor). An earlier write reads as its own value seen. A write through a detached view (not seen)
-  is passed by, as torch's: the gradient goes to what the buffer held. None: it reads nothing trainable."""
-  if not reading_trainable([write.src[1]] if seen else [write.src[1], held]): return None
+  is passed by, as torch's: the gradient goes to what the buffer held (old). None: it reads nothing trainable."""
+  if not reading_trainable([write.src[1]] if seen else [write.src[1], old]): return None
   buffer = write.src[0].src[0]
   @functools.cache
   def kept() -> UOp:  # what the buffer holds now, copied (torch's saved tensor): a write may read it, once
-    whole = UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,)))
-    return Tensor._of(whole, buffer.arg.device).clone().realize().uop
+    return Tensor._of(_flat(buffer), buffer.arg.device).clone().realize().uop
   def before(u:UOp, new:UOp) -> UOp:
     if u.op is Ops.ASSIGN:  # (its value seen; none: of a value no gradient reaches, into this buffer computed again)
       if "value_seen" in u.__dict__: return rebuild(_value_read(u), before)  # (its reads of this buffer too, again)
@@ -2879,24 +2877,24 @@ def _value_seen(write:UOp, held:UOp, seen:bool) -> UOp|None:
     if (read := _read_over_origin(u, None)) is not None: return read
     # (not a trainable tensor's own value, the leaf written; nor where a write pending into it makes now ambiguous)
     if _aliased(u) is not buffer or buffer in trainable_nodes or buffer.arg.pending is not None:
-      return _gone(u.dtype, u.arg, REPLACED)
+      return _unheld(u.dtype, u.arg, REPLACED)
     return _moved_over(u, kept())
   def before_it(u:UOp, new:UOp) -> UOp:  # (in a write into the buffer done before: what it read of the buffer is gone)
-    return _gone(u.dtype, u.arg, REPLACED) if u.op is Ops.VIEW and u.src[0] is buffer else before(u, new)
+    return _unheld(u.dtype, u.arg, REPLACED) if u.op is Ops.VIEW and u.src[0] is buffer else before(u, new)
   value = rebuild(write.src[1], before)
-  return value if seen else (was := rebuild(held, before)) + (value - was).detached()
+  return value if seen else (was := rebuild(old, before)) + (value - was).detached()
 def _read_over_origin(u:UOp, new:UOp) -> UOp:
   """A read of a realized result's buffer made over the graph it was computed from, where that holds still: a graph
   noted, or a write's value seen, so made stays true once the buffer is written (y = (t * 3).realize(); t *= v)."""
   if u.op is Ops.ASSIGN: return u  # (a write reads its own target: see gradients for how a write is read)
   if u.op is not Ops.VIEW or u.src[0].op is not Ops.BUFFER: return new
   if (found := origin(u.src[0], u.arg.history[0])) is None or _aliased(u) is not u.src[0]: return new
-  if u.src[0].arg.written > found.when: return _gone(u.dtype, u.arg, UNKNOWN)  # (it holds another value now)
+  if u.src[0].arg.written > found.when: return _unheld(u.dtype, u.arg, UNKNOWN)  # (it holds another value now)
   return _moved_over(u, _graph_then(found.graph, found.when))
 def _value_read(u:UOp) -> UOp:  # a write read where its buffer may hold another value by then: its value, again
   value = u.__dict__.get("value_seen", u.src[1])
   return value if (done := u.__dict__.get("realized")) is None else _graph_then(value, done.when)
-def _gone(dtype:DType, st:ShapeTracker, what:Placeholder) -> UOp:  # a view of a value no buffer holds
+def _unheld(dtype:DType, st:ShapeTracker, what:Placeholder) -> UOp:  # a view of a value no buffer holds
   return UOp(Ops.VIEW, dtype, (UOp(Ops.BUFFER, dtype, (), what),), st)
 def _computed_from(u:UOp, graph:UOp, when:int) -> UOp:  # a result realized at tick `when`: its graph then
   if u.op is Ops.VIEW and u.src[0].arg.written > when:
@@ -3001,13 +2999,13 @@ def gradients(root:Tensor, seed:Tensor, targets:list[UOp]) -> tuple[dict[UOp, Te
 def _reading_writes(sink:UOp) -> UOp:
   """Gradients (a SINK's sources) that read each write in them as the value it writes, computed again, but where
   its buffer will hold that value: the write pending last into it, or one done that nothing wrote over since."""
-  def held(u:UOp) -> bool:
+  def in_buffer(u:UOp) -> bool:
     buffer = u.src[0].src[0].arg
     if (done := u.__dict__.get("realized")) is not None: return buffer.written <= done.when
     return buffer.pending is not None and buffer.pending.uop is u
-  def read(u:UOp, new:UOp) -> UOp:  # (a write held is one to run, or run: what it reads is its own)
+  def read(u:UOp, new:UOp) -> UOp:  # (a write in its buffer is one to run, or run: what it reads is its own)
     if u.op is not Ops.ASSIGN: return new
-    if held(u): return u
+    if in_buffer(u): return u
     return rebuild(_value_read(u), read)  # (read, a value gone raises: below)
   sink = rebuild(sink, read)
   # one that reads what a write replaces (t *= v: v's, t's old value) would read the new one, once the write runs
@@ -3528,6 +3526,8 @@ def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was re
   u.__dict__.pop("realized", None)
   return u
 
+def _flat(buffer:UOp) -> UOp:  # all of a BUFFER node, as one row
+  return UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,)))
 def _whole_buffer(u:UOp) -> bool:
   return u.in_memory and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
 def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a view of it, or a write into it
