@@ -4969,8 +4969,7 @@ class Names(dict):
 
 @dataclass(frozen=True)
 class Renderer:
-  """A C-style dialect, as data: CPU, CUDA and METAL below are three of these, and Renderer.render is the one
-  algorithm."""
+  """A C-style dialect, as data: CPU, CUDA and METAL below; Renderer.render is the one algorithm."""
   name: str
   gpu: bool            # blocks of threads with shared memory, or (the CPU) loops
   kernel: str          # the signature up to the kernel's name; {threads}: threads per block
@@ -4993,7 +4992,6 @@ class Renderer:
   fence: str = ""          # the last line of a kernel with such stores: it orders them before the kernel returns
   bitcast: str = "((union {{{src} a; {dst} b;}}){{{x}}}).b"  # x's bits as dst: a union, defined in C and an expression
   tensor_cores: tuple[TensorCore, ...] = ()  # what on_tensor_cores may put a matmul's reduce on
-  wmma: str = "{name}({a}, {b}, {c})"  # a WMMA of a, b, c: a call of its core's function
   to_bfloat16: str = "tiny_to_bf16({x})"      # a float x rounded to bfloat16 (see in_float32)
   from_bfloat16: str = "tiny_from_bf16({x})"  # a bfloat16 x as a float
 
@@ -5216,8 +5214,7 @@ string_rules = PatternMatcher(vector_rules + [
     lambda ctx, u: ctx.bitcast.format(src=ctx.types[u.src[0].dtype], dst=ctx.types[u.dtype], x=ctx[u.src[0]])),
   (UPat(Ops.GEP, name="u"), lambda ctx, u: f"{ctx[u.src[0]]}{ctx.lanes[u.arg]}"),
   (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _vector(ctx, u.dtype, [ctx[s] for s in u.src])),
-  (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.wmma.format(name=TENSOR_CORES[u.arg].function, a=ctx[u.src[0]],
-                                                           b=ctx[u.src[1]], c=ctx[u.src[2]])),
+  (UPat(Ops.WMMA, name="u"), lambda ctx, u: f"{TENSOR_CORES[u.arg].function}({', '.join(ctx[s] for s in u.src)})"),
   (UPat(Ops.LOAD, name="u"), _load),
   (UPat(Ops.STORE, name="u"), _store),
   (UPat(Ops.PREFETCH, name="u"), lambda ctx, u: f"__builtin_prefetch({_at(ctx, u)});"),  # (CPUs': reread)
@@ -5287,18 +5284,15 @@ def _cuda_mma(core:TensorCore) -> tuple[str, ...]:
 CUDA = Renderer(
   "CUDA", gpu=True, kernel='extern "C" __global__ void __launch_bounds__({threads})', param="{type}* {name}",
   ids={AxisType.GLOBAL: "blockIdx", AxisType.LOCAL: "threadIdx"}, lanes=(".x", ".y", ".z", ".w"),
-  vector="make_{type}({items})", types=c_types | {dtypes.half: "half", dtypes.bfloat16: "__nv_bfloat16",
-                                                  dtypes.bool: "bool"} |
-                                                 {d.vec(n): f"{d.name}{n}" for d in dtypes.narrow for n in (4, 8)},
+  vector="make_{type}({items})", local_prefix="__shared__ __align__(16) ", barrier="__syncthreads();",
+  types=c_types | {dtypes.half: "half", dtypes.bfloat16: "__nv_bfloat16", dtypes.bool: "bool"} |
+        {d.vec(n): f"{d.name}{n}" for d in dtypes.narrow for n in (4, 8)},
   suffixes={dtypes.uint32: "u", dtypes.long: "ll", dtypes.ulong: "ull"}, code_for_op=c_code_for_op,
-  local_prefix="__shared__ __align__(16) ",
-  barrier="__syncthreads();", bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
+  tensor_cores=CUDA_CORES, bitcast="tiny_bitcast<{dst}>({x})",  # (C++ has no compound literals)
   to_bfloat16="__float2bfloat16_rn({x})", from_bfloat16="__bfloat162float({x})",
-  tensor_cores=CUDA_CORES,
   headers={None: ("#define INFINITY (__int_as_float(0x7f800000))", "#define NAN (__int_as_float(0x7fffffff))"),
            "half": ("#include <cuda_fp16.h>",),
-           **{name: ("#include <cuda_bf16.h>",)
-              for name in ("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float")},
+           **dict.fromkeys(("__nv_bfloat16", "__float2bfloat16_rn", "__bfloat162float"), ("#include <cuda_bf16.h>",)),
            "tiny_bitcast": ("template <class T, class F> __device__ T tiny_bitcast(F x) "
                             "{ union { F a; T b; } u; u.a = x; return u.b; }",),
            **{core.function: _cuda_mma(core) for core in CUDA_CORES}})
@@ -5319,14 +5313,12 @@ METAL = Renderer(
   types={d: t for d, t in c_types.items() if d != dtypes.double} |  # (Metal has no double)
         {dtypes.half: "half", dtypes.bfloat16: "bfloat", dtypes.bool: "bool", dtypes.long: "long", dtypes.char: "char",
          dtypes.uchar: "uchar", dtypes.ushort: "ushort", dtypes.uint32: "uint", dtypes.ulong: "ulong"} |
-        {d.vec(2): f"{name}2" for d, name in
-         ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
+        {d.vec(2): f"{t}2" for d, t in ((dtypes.float, "float"), (dtypes.half, "half"), (dtypes.bfloat16, "bfloat"))},
   suffixes={dtypes.uint32: "u", dtypes.long: "l", dtypes.ulong: "ul"},  # Metal's long is 64 bits; it has no long long
   code_for_op=c_code_for_op | {Ops.SIN: lambda a: f"precise::sin({a})"},
   buffer_prefix="device ", local_prefix="threadgroup __attribute__((aligned(16))) ",
   barrier="threadgroup_barrier(mem_flags::mem_threadgroup);", bitcast="as_type<{dst}>({x})",
-  to_bfloat16="bfloat({x})", from_bfloat16="float({x})",
-  tensor_cores=METAL_CORES,
+  to_bfloat16="bfloat({x})", from_bfloat16="float({x})", tensor_cores=METAL_CORES,
   headers={None: ("#include <metal_stdlib>", "using namespace metal;"),
            **{core.function: (_metal_simdgroup(core),) for core in METAL_CORES}})
 
@@ -5478,14 +5470,12 @@ class Thread:
     padding past it hold no data), and its dtype. An address past the allocation (a buffer's whole vectors, shared
     memory's declared length) raises: lowering made a bad access."""
     buf, addr = u.memory, vals[u.addr]
-    size, itemsize = buf.arg.size, buf.dtype.itemsize
-    shared = buf.op is Ops.DEFINE_LOCAL
+    size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
       raise IndexError(f"{self.prog.name}: {u.op.name.lower()} at {addr} is outside a buffer of {size}")
     end = max(addr, min(addr + lanes, size))  # lanes past the buffer's size hold no data (an empty slice at worst)
-    inside = slice(addr * itemsize, end * itemsize)
     memory = self.local[buf] if shared else self.bufs[buf.arg.slot]
-    return memory, inside, buf.dtype
+    return memory, slice(addr * buf.dtype.itemsize, end * buf.dtype.itemsize), buf.dtype
   def load(self, u:UOp, vals:dict):
     """An upcast's last lanes may run past the end into the padding (apply_opt leaves them ungated): out there a lane
     loads poison, as shared memory does, so a kernel that uses one in a result shows NaN; and it stores nothing."""
@@ -5589,8 +5579,7 @@ class Compiled:
       self.programs[(prog.name, prog.src)] = fn
       if len(self.programs) > self.programs_max: self.programs.popitem(last=False)
     return fn
-  def binary(self, prog:Program) -> bytes:
-    """The compiled kernel, from the disk cache when it holds it."""
+  def binary(self, prog:Program) -> bytes:  # the compiled kernel, from the disk cache when it holds it
     key = f"{self.runtime.compiler_id}\n{prog.src}".encode()
     if (binary := cache_read(key, ".bin", f"compiling {prog.name} again")) is not None: return binary
     if getenv("DEBUG") >= 3: print(f"compile {prog.name} for {self.name}")
@@ -5766,10 +5755,9 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
   return total
 
 def prepare(items:list[Kernel]|list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
-  """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot
-  (slot: where each of an item's bufs is among the launch's: a plan's Slot BUFFER -> its index, a Buffer -> its
-  place). Each new one compiles in the background while the next is lowered: a compile is a subprocess, so they run
-  side by side."""
+  """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot (slot:
+  where each of an item's bufs is among the launch's: a plan's Slot BUFFER -> its index, a Buffer -> its place). Each
+  new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
   dev, launches, compiles = Device[device], [], []
   for item in items:
     if all(st.buf.arg.size == 0 for st in item.ast.src): continue  # its outputs hold nothing
@@ -5857,14 +5845,13 @@ class TinyJit:
   later calls replay those kernels on the new inputs' buffers: no graph, no scheduling, no lowering.
 
   What a replay reads: the given tensors' buffers; the tensors the function reads without being given them (weights),
-  where they were at capture, each pending write into them run first; data the function makes of Python values, as
-  the second call made it, filled again each replay (so data that changed between the first two calls raises; rand's
-  is drawn anew each replay, as the call would have). Reading a tensor's values while captured raises (what the call
-  did with them, a replay wouldn't redo), as tinygrad's. Each call's outputs (the tensors in
-  what it returns, however nested) are new buffers, so a result keeps its values after later calls. What was lazy
-  before a capturing call is realized first; writes the function leaves pending are part of its step; a replay
-  realizes what reads the buffers it writes in place first, as assign() does. A TinyJit called by another's function,
-  capturing or replaying, is captured with it."""
+  where they were at capture, each pending write into them run first; data the function makes of Python values, as the
+  second call made it, filled again each replay (so data that changed between the first two calls raises; rand's is
+  drawn anew each replay, as the call would have). Reading a tensor's values while captured raises (what the call did
+  with them, a replay wouldn't redo), as tinygrad's. Each call's outputs (the tensors it returns, however nested) are
+  new buffers, so a result keeps its values after later calls. What was lazy before a capturing call is realized first;
+  writes the function leaves pending are part of its step; a replay realizes what reads the buffers it writes in place
+  first, as assign() does. A TinyJit called by another's function, capturing or replaying, is captured with it."""
   def __init__(self, fn:Callable):
     self.fn, self.first, self.replays = fn, Bounded(), Bounded()  # first: what each signature's first call made of data
     self.returned: weakref.WeakSet = weakref.WeakSet()  # buffers this jit's own calls returned, before any replay
@@ -5884,8 +5871,7 @@ class TinyJit:
     if replay is not None: return replay(given)
     if capturing.now is None:  # what was computed or written lazily before the call is realized now: inside the
       # capture, every replay would compute it, or write it, again
-      def is_lazy(u:UOp) -> bool: return bool(u.buffers) and not u.in_memory
-      if lazy := [t for t in Tensor._alive() if is_lazy(t.uop)]: Tensor.realize(*lazy)
+      if lazy := [t for t in Tensor._alive() if t.uop.buffers and not t.uop.in_memory]: Tensor.realize(*lazy)
     outer, capturing.now = capturing.now, Capture(Tensor._counter)
     try:
       out = self.fn(*args, **kwargs)
@@ -5893,9 +5879,7 @@ class TinyJit:
       mapped(out, outs.append)
       writes = [t for t in Tensor._alive() if t.uop.op is Ops.ASSIGN]  # the call's, left pending: part of the step
       if outs or writes: Tensor.realize(*outs, *writes)
-    finally:
-      call = capturing.now
-      capturing.now = outer
+    finally: call, capturing.now = capturing.now, outer
     self.returned.update(b for t in outs if t.uop.src[0].op is Ops.BUFFER and (b := t.uop.src[0].arg) in call.made)
     if outer is not None:  # a jit around this one's
       outer.launches += call.launches
@@ -5943,8 +5927,7 @@ class Replay:
           raise RuntimeError("a TinyJit function read a tensor that an earlier call returned, without being given it: "
                              "a replay would read it as it was then. Pass it as an argument.")
         made_here = i < l.output_count and b in call.made  # an output one of this call's plans allocated
-        if made_here: made.append(b)
-        else: held.append(b)
+        (made if made_here else held).append(b)
     returns = list(dict.fromkeys(t.uop.src[0].arg for t in outs))
     own = [b for b in made if b not in returns]
     outputs = [b for b in made if b in returns]  # made anew by each replay
@@ -6030,9 +6013,8 @@ class Workers:
     doesn't run between kernels."""
     if any(len(k.slots) > Workers.most for k in kernels): return None
     slots = [(ctypes.c_int * len(k.slots))(*k.slots) for k in kernels]
-    def step(k:GraphKernel, s) -> Step:
-      return Step(ctypes.cast(k.program.fn, ctypes.c_void_p), len(s), k.global_size[0], s)
-    table = (Step * len(kernels))(*[step(k, s) for k, s in zip(kernels, slots)])
+    table = (Step * len(kernels))(*[Step(ctypes.cast(k.program.fn, ctypes.c_void_p), len(s), k.global_size[0], s)
+                                    for k, s in zip(kernels, slots)])
     def run(bufs:list):
       if self.pid != os.getpid(): self.start()
       self.replay(table, len(kernels), (ctypes.c_void_p * len(bufs))(*map(ctypes.addressof, bufs)))
