@@ -156,9 +156,8 @@ class dtypes:
   def limits(d:DType) -> tuple:
     """The smallest and largest value of d: an int's range, False and True, -inf and inf (as tinygrad's min and max)."""
     if dtypes.is_float(d): return (-math.inf, math.inf)
-    if d.fmt == "?": return (False, True)
-    bits = 8 * d.itemsize
-    return (0, 2**bits - 1) if dtypes.is_unsigned(d) else (-2**(bits-1), 2**(bits-1) - 1)
+    if dtypes.is_bool(d): return (False, True)
+    return (0, 2**d.bitsize - 1) if dtypes.is_unsigned(d) else (-2**(d.bitsize-1), 2**(d.bitsize-1) - 1)
   @staticmethod
   def min(d:DType): return dtypes.limits(d)[0]
   @staticmethod
@@ -180,8 +179,7 @@ class dtypes:
     return {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[width]
   @staticmethod
   def python(d:DType) -> type:  # (Python's bool, int and float: a class body's names don't reach its methods)
-    if dtypes.is_float(d): return float
-    return bool if d.fmt == "?" else int
+    return float if dtypes.is_float(d) else bool if dtypes.is_bool(d) else int
 
 def truncate(d:DType, x):
   """A Python number as the machine would hold it in dtype d (ints wrap, floats round to their width)."""
@@ -233,7 +231,6 @@ class Ops(IntEnum):  # (a plain class after import, for speed: see plain() at th
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto()
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
   AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
-
 
 class GroupOp:
   ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX,
@@ -443,7 +440,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return self.src[-1].shape  # (any other op: its sources share one shape; POW's value is its last)
   @functools.cached_property
   def key(self) -> tuple:
-    """A structural key that orders the terms of a sum (ranges by the order they were made in)."""
+    """A structural key that orders the terms of a sum."""
     for u in self._sources:  # sources first, so a long chain doesn't recurse
       if "key" not in u.__dict__: u.__dict__["key"] = u._key()
     return self._key()
@@ -560,8 +557,7 @@ class UPat(MathMixin):
     self.op, self.dtype = _some(op), _some(dtype)
     self.src, self.arg, self.name = src, arg, name
     self.orders = list(itertools.permutations(src)) if isinstance(src, list) else [src]  # of src, to try in turn
-    sources = src or ()
-    self.needs = {p.op[0] for p in sources if p.op is not None and len(p.op) == 1}  # ops some source is pinned to
+    self.needs = {p.op[0] for p in src or () if p.op is not None and len(p.op) == 1}  # ops some source is pinned to
   def __repr__(self): return f"UPat({self.op}, {self.dtype}, src={self.src!r}, arg={self.arg!r}, name={self.name!r})"
   @staticmethod
   def var(name:str|None=None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
