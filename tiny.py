@@ -946,10 +946,11 @@ def _flatten(data) -> tuple[list, tuple[int, ...]]:
   if any(shape != parts[0][1] for _, shape in parts):
     raise ShapeError(f"ragged nested list: can't make a tensor of {data!r}")
   return [v for vals, _ in parts for v in vals], (len(data),) + parts[0][1]
+def unpacked(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
+  return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 def _checked(d:DType, v):
-  """v as a Python value of dtype d. An int out of d's range raises: wrapped (see truncate), it would quietly become
-  another number."""
+  """v as a Python value of dtype d. An int out of d's range raises: wrapped (truncate), it would quietly change."""
   x = dtypes.python(d)(v)
   if dtypes.is_int(d) and not dtypes.fits(d, x):
     raise OverflowError(f"{v!r} is out of range for {d} ({dtypes.min(d)} to {dtypes.max(d)})")
@@ -1008,6 +1009,9 @@ def flat_pairs(padding:Sequence[int], dims:int) -> list[tuple[int, int]]:
   if len(padding) % 2: raise ShapeError(f"flat padding {padding} needs pairs")
   pairs = [tuple(padding[i:i+2]) for i in range(0, len(padding), 2)][::-1]
   return [(0, 0)] * (dims - len(pairs)) + pairs
+def pad_pairs(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
+  padding = per_dim(padding, dims)  # for each, or torch's flat pairs
+  return [(p, p) for p in padding] if len(padding) == dims else flat_pairs(padding, dims)
 
 class Bounded(dict):
   """A cache keyed by what callers pass, of at most `most` entries: past that, the one put in first goes."""
@@ -1047,10 +1051,9 @@ def creates(fn:Callable) -> staticmethod:
 
 class Tensor:
   _seed, _counter = 0, 0
-  # Every tensor, by id, in the order made, for assign() to look through for readers of a buffer (_realize_readers): a
-  # weak reference with no callback, since a WeakValueDictionary's entry, made for every tensor, made building a model
-  # step 15% slower. A dead reference stays until its id (an address) is reused, or assign() drops it: about as many
-  # entries as tensors alive at once.
+  # Every tensor, by id, in the order made, where assign() looks for a buffer's readers (_realize_readers): a weak
+  # reference with no callback, since a WeakValueDictionary's entry, made for every tensor, made building a model step
+  # 15% slower. A dead one stays until its id (an address) is reused or assign() drops it: about as many as live ones.
   _live: dict[int, weakref.ref] = {}
   # The tensors that require grad, where backward() puts gradients: few, so a WeakValueDictionary (by id: a WeakSet
   # would compare two references to one tensor with ==, which is elementwise here)
@@ -1130,21 +1133,18 @@ class Tensor:
   def __repr__(self): return f"<Tensor {self.uop.op.name} {self.shape} {self.dtype.name} on {self.device}>"
 
   # --- creation
-  @staticmethod
-  def _unpack(args:tuple) -> tuple:  # f(3, 7) or f((3, 7)); stack(a, b) or stack([a, b])
-    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   @creates
   def full(shape, fill_value, dtype=None, device=None, buffer=True) -> Tensor:
     # (buffer=, as rand's contiguous=: tinygrad's request to store the values, which tiny's scheduler decides)
     shape = check_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
     return Tensor(fill_value, dtype, device).reshape((1,) * len(shape)).expand(shape)
   @creates
-  def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 0.0, dtype, device)
+  def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(unpacked(shape), 0.0, dtype, device)
   @creates
-  def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(Tensor._unpack(shape), 1.0, dtype, device)
+  def ones(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(unpacked(shape), 1.0, dtype, device)
   @creates
   def empty(*shape, dtype=None, device=None) -> Tensor:
-    shape, dtype = check_shape(Tensor._unpack(shape)), dtypes.of(dtype or dtypes.default_float)
+    shape, dtype = check_shape(unpacked(shape)), dtypes.of(dtype or dtypes.default_float)
     buf = UOp(Ops.BUFFER, dtype, (), Buffer(Device.canonical(device), prod(shape), dtype))
     if capturing.now is not None: capturing.now.made.add(buf.arg)  # (a replay makes its own)
     return Tensor(UOp(Ops.VIEW, dtype, (buf,), ShapeTracker.contiguous(shape)), device=device)
@@ -1158,8 +1158,8 @@ class Tensor:
     # (int32 unless a value it holds needs int64, as in tinygrad)
     dtype = dtypes.of(dtype or (dtypes.default_float if floats else dtypes.promote(*map(dtypes.from_py, ends))))
     for v in ends: _checked(dtype, v)  # a dtype given must hold them
-    computed = dtypes.default_float if floats and not dtypes.is_float(dtype) else dtype  # (an int of float steps:
-    # each value truncated, as tinygrad's)
+    # (an int dtype of float steps: computed in floats, each value then truncated, as tinygrad's)
+    computed = dtypes.default_float if floats and not dtypes.is_float(dtype) else dtype
     return (Tensor(UOp(Ops.IOTA, dtypes.index, (), n), device=device).cast(computed) * step + start).cast(dtype)
   @creates
   def eye(n:int, m:int|None=None, dtype=None, device=None) -> Tensor:
@@ -1230,7 +1230,7 @@ class Tensor:
     return t
   @creates
   def rand(*shape, dtype=None, device=None, contiguous=True) -> Tensor:
-    bits, dtype = Tensor._bits(Tensor._unpack(shape), device), dtypes.of(dtype or dtypes.default_float)
+    bits, dtype = Tensor._bits(unpacked(shape), device), dtypes.of(dtype or dtypes.default_float)
     if not dtypes.is_float(dtype): raise ValueError(f"rand makes floats, not {dtype.name}")  # (tinygrad's error type)
     kept = {dtypes.half: 11, dtypes.bfloat16: 8}.get(dtype, 24)  # a fraction of the bits dtype holds: below 1, exact
     return ((bits >> (32 - kept)).cast(dtypes.float) * (1 / 2**kept)).cast(dtype)
@@ -1240,11 +1240,11 @@ class Tensor:
     return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(dtype or dtypes.default_float)
   @creates
   def kaiming_uniform(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:  # He et al.: a leaky relu's slope a
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(unpacked(shape)[1:]))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
   @creates
   def glorot_uniform(*shape, dtype=None, device=None) -> Tensor:  # Glorot and Bengio: fan in and fan out
-    shape = Tensor._unpack(shape)
+    shape = unpacked(shape)
     bound = math.sqrt(6 / (shape[0] + prod(shape[1:])))
     return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
   @creates
@@ -1269,10 +1269,10 @@ class Tensor:
     return Tensor.rand(n, device=device).argsort().cast(dtype)
   @creates
   def scaled_uniform(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(Tensor._unpack(shape)) ** -0.5
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(unpacked(shape)) ** -0.5
   @creates
   def kaiming_normal(*shape, a:float=0.01, dtype=None, device=None) -> Tensor:
-    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(Tensor._unpack(shape)[1:]))
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(unpacked(shape)[1:]))
     return Tensor.normal(*shape, mean=0.0, std=std, dtype=dtype, device=device)
   def multinomial(self, num_samples:int=1, replacement:bool=False) -> Tensor:
     """Indices drawn with probabilities proportional to the weights of each row: where a uniform sample falls in the
@@ -1348,17 +1348,15 @@ class Tensor:
     if a.dtype in dtypes.narrow: return (a.float() * b.float().reciprocal()).cast(a.dtype)  # (1/b rounded once)
     return a._float() * b._float().reciprocal()
   def _div_toward_zero(self, b:Tensor) -> Tensor:
-    """The quotient rounded toward 0: C's / for ints; for floats, (x - fmod(x, b)) / b rounded to the whole number it
-    is but for rounding (exact, where x * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0, as
-    torch's."""
+    """The quotient rounded toward 0, as torch's: C's / for ints; for floats, (x - fmod(x, b)) / b rounded to the whole
+    number it is but for rounding (exact, where x * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0."""
     if dtypes.is_int(self.dtype): return self._like(self.uop.alu(Ops.IDIV, b.uop))
     q = self / b  # (where b is 0 or x infinite: x / b, as torch's)
     quotient = (self - self.fmod(b)) / b  # a whole number but for rounding: self - fmod(self, b) is a multiple of b
     return ((b == 0) | self.isinf()).where(q, quotient.round()._signed_zero(q))
   def divmod(self, x) -> tuple[Tensor, Tensor]:
     """Floor division and its remainder, as Python's and torch's: the remainder takes the divisor's sign. Both from the
-    quotient rounded toward 0 and its remainder (fmod: C's %; by 0, an int's remainder is 0 and a float's nan, as
-    python_alu says)."""
+    quotient rounded toward 0 and its remainder, fmod (C's %; by 0, an int's is 0 and a float's nan: python_alu's)."""
     a, b = self._broadcast(x)
     q, r = a._div_toward_zero(b), a.fmod(b)
     up = (r != 0) & ((r < 0) != (b < 0))  # rounded toward 0, a negative quotient rounded up: floor is one lower
@@ -1404,14 +1402,6 @@ class Tensor:
     cond, x, y = self.cast(dtypes.bool)._broadcast(x, y, promote=False)  # the condition stays bool
     return cond._like(cond.uop.alu(Ops.WHERE, x.uop, y.uop))
   def cast(self, dtype) -> Tensor: return self if self.dtype == dtype else self._like(self.uop.cast(dtypes.of(dtype)))
-  def float(self) -> Tensor: return self.cast(dtypes.float)
-  def half(self) -> Tensor: return self.cast(dtypes.half)
-  def double(self) -> Tensor: return self.cast(dtypes.double)
-  def short(self) -> Tensor: return self.cast(dtypes.short)
-  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
-  def int(self) -> Tensor: return self.cast(dtypes.int)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool)
-  def long(self) -> Tensor: return self.cast(dtypes.int64)
   def bitcast(self, dtype) -> Tensor:  # the same bits, read as another dtype of the same size
     dtype = dtypes.of(dtype)
     if dtype.itemsize != self.dtype.itemsize:
@@ -1636,7 +1626,7 @@ class Tensor:
   __pow__ = pow
   eq, ne, mod, lshift, rshift = __eq__, __ne__, __mod__, __lshift__, __rshift__
   bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
-  # (the reflected operators, 2 - t, and the in-place ones, t -= 2, are made from one table after the class)
+  # (the reflected operators, 2 - t, the in-place ones, t -= 2, and casts, t.half(), are tables after the class)
 
   # --- activations
   def relu6(self) -> Tensor: return (self > 6).where(6, self.relu())  # (not relu(x) - relu(x - 6): 1e8 gave 8)
@@ -1799,8 +1789,7 @@ class Tensor:
     values = stored._scan(Ops.MAX, axis)
     x, back = stored._last(axis)
     v, _ = values._last(axis)
-    n = x.shape[-1]
-    steps = Tensor.arange(n, device=self.device)
+    steps = Tensor.arange(x.shape[-1], device=self.device)
     met = x.unsqueeze(-2)._at_max(v.unsqueeze(-1)) & (steps <= steps.unsqueeze(-1))  # [i, j]: x_j is the max up to i
     return values, back(met.where(steps, -1).max(-1).cast(dtypes.int32))
   def cummin(self, axis=0) -> tuple[Tensor, Tensor]:
@@ -1839,7 +1828,7 @@ class Tensor:
   # --- movement: each one a view change, no data moves
   def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._like(self.uop.moved(*moves))
   def reshape(self, *shape) -> Tensor:
-    shape = [self.shape[i] if s is None else s for i, s in enumerate(Tensor._unpack(shape))]
+    shape = [self.shape[i] if s is None else s for i, s in enumerate(unpacked(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
@@ -1851,11 +1840,11 @@ class Tensor:
   def _reshape(self, shape:tuple[int, ...]) -> Tensor:  # to a shape of as many elements
     return self if shape == self.shape else self._view(("reshape", shape))
   def permute(self, *order) -> Tensor:
-    order = tuple(self._dim(d) for d in Tensor._unpack(order))
+    order = tuple(self._dim(d) for d in unpacked(order))
     if sorted(order) != list(range(self.ndim)): raise ShapeError(f"permute {order} is not an order of {self.ndim} dims")
     return self._view(("permute", order))
   def expand(self, *shape) -> Tensor:
-    shape = Tensor._unpack(shape)
+    shape = unpacked(shape)
     shape = check_shape(tuple(o if s is None or s == -1 else s  # (None, as -1: the size it has)
                               for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape)))
     if broadcast_shape(self.shape, shape) != shape: raise ShapeError(f"can't expand {self.shape} to {shape}")
@@ -1934,9 +1923,8 @@ class Tensor:
   def _stride(self, dim:int, step:int) -> Tensor:
     """Every step-th element along dim: pad to a multiple of step, split the dim in two, keep the first column."""
     n = self.shape[dim]
-    x = self._pad_along(dim, 0, -n % step)
-    x = x.reshape(self.shape[:dim] + (cdiv(n, step), step) + self.shape[dim+1:])
-    return x._along(dim + 1, 0, 1).reshape(self.shape[:dim] + (cdiv(n, step),) + self.shape[dim+1:])
+    x = self._pad_along(dim, 0, -n % step).unflatten(dim, (cdiv(n, step), step))
+    return x._along(dim + 1, 0, 1).squeeze(dim + 1)
   def __getitem__(self, idx) -> Tensor:
     """numpy's indexing: ints, slices, None and ... are views; int tensors (or lists) pick elements (see _pick), and a
     bool tensor picks those where it is True (the int tensors of its True places, read back to the host: the result's
@@ -2125,8 +2113,7 @@ class Tensor:
     if reading_trainable([self.uop]): note_computed_from(out.uop, self.uop, self.device)  # (gradients flow back)
     return out
   def to_(self, device:str) -> Tensor:
-    moved = self.to(device)
-    self.uop, self.device = moved.uop, moved.device
+    self.uop, self.device = self.to(device).uop, Device.canonical(device)
     return self
   def replace(self, x:Tensor) -> Tensor:
     """This tensor now stands for x's value (in place, unlike UOp.replace): a copy of it where x holds a buffer, so
@@ -2150,7 +2137,7 @@ class Tensor:
       at += t.shape[d]
     return out
   def stack(self, *others, dim=0) -> Tensor:  # (Tensor.stack(a, b) and Tensor.stack([a, b]) too)
-    ts = Tensor._unpack((self, *others))
+    ts = unpacked((self, *others))
     if not all(isinstance(t, Tensor) for t in ts): raise ValueError("stack takes tensors, or one list of them")
     d = ts[0]._dim(dim, extra=1)
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
@@ -2171,7 +2158,7 @@ class Tensor:
     n = self.shape[self._dim(dim)]
     return list(self.split(cdiv(n, chunks) if n else [0] * chunks, dim))
   def repeat(self, *repeats) -> Tensor:  # the whole tensor tiled repeats[i] times along dim i
-    repeats = Tensor._unpack(repeats)
+    repeats = unpacked(repeats)
     if len(repeats) < self.ndim: raise ShapeError(f"repeat {repeats} has fewer dims than shape {self.shape}")
     shape = (1,) * (len(repeats) - self.ndim) + self.shape
     x = self.reshape([v for s in shape for v in (1, s)]).expand([v for r, s in zip(repeats, shape) for v in (r, s)])
@@ -2210,13 +2197,13 @@ class Tensor:
     n = self.shape[0]
     return self.unsqueeze(-1).pad((0, n)).flatten()[:n * n].reshape(n, n)  # each value, then n zeros: n + 1 apart
   def pad_to(self, *shape, value=0.0) -> Tensor:  # padded after, to shape (None: as it is)
-    shape = Tensor._unpack(shape)
+    shape = unpacked(shape)
     if len(shape) != self.ndim: raise ShapeError(f"pad_to {shape} doesn't match shape {self.shape}")
     if any(s is not None and s < n for s, n in zip(shape, self.shape)):
       raise ValueError(f"can't pad {self.shape} to the smaller {shape}")  # (tinygrad's error)
     return self.pad(tuple((0, s - n if s is not None else 0) for s, n in zip(shape, self.shape)), value=value)
   def shrink_to(self, *shape) -> Tensor:
-    return self.shrink(tuple(None if s is None else (0, s) for s in Tensor._unpack(shape)))
+    return self.shrink(tuple(None if s is None else (0, s) for s in unpacked(shape)))
   def contiguous(self) -> Tensor:  # (all of a buffer, or of a write into one, is itself)
     return self if _whole_view_of(self.uop) is not None else self.clone()
   def clone(self, device:str|None=None) -> Tensor:  # a copy (on device, where one is given)
@@ -2224,8 +2211,7 @@ class Tensor:
     return self._like(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   # its value in a buffer of its own: hash-consing makes equal graphs one node, realized into one buffer, and a tensor
   # that is written or trained needs a buffer no other tensor shares
-  def _owned(self) -> Tensor:
-    return Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).assign(self)
+  def _owned(self) -> Tensor: return Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).assign(self)
   def contiguous_backward(self) -> Tensor: return self  # (a gradient is stored where the scheduler decides, as all are)
 
   # --- composites
@@ -2245,9 +2231,7 @@ class Tensor:
     # and add up there, as torch's and a tensor core's
     promoted = dtypes.promote(x.dtype, w.dtype)
     return (x.float() * w.float() if promoted in dtypes.narrow else x * w).sum(-1).cast(dtype or promoted)
-  __matmul__ = dot
-  def matmul(self, x:Tensor, reverse=False, dtype=None) -> Tensor:
-    return self._const(x).dot(self, dtype) if reverse else self.dot(x, dtype)
+  __matmul__ = matmul = dot
   @composite
   def linear(self, weight:Tensor, bias:Tensor|None=None, dtype=None) -> Tensor:
     x = self * weight if weight.ndim == 1 else self.dot(weight, dtype)
@@ -2286,10 +2270,6 @@ class Tensor:
       x = x._along(p + 2, 0, 1).squeeze(p + 2)  # a step's first element: (kernel, out) at p, p + 1
     outs, kernels = [lead + 2 * i + 1 for i in range(dims)], [lead + 2 * i for i in range(dims)]
     return x.permute(*range(lead), *outs, *kernels)
-  @staticmethod
-  def _pads(padding, dims:int) -> list[tuple[int, int]]:  # (before, after) for each of the last dims, from an amount
-    padding = per_dim(padding, dims)  # for each, or torch's flat pairs
-    return [(p, p) for p in padding] if len(padding) == dims else flat_pairs(padding, dims)
   @composite
   def conv2d(self, weight:Tensor, bias:Tensor|None=None, groups=1, stride=1, dilation=1, padding=0,
              dtype=None) -> Tensor:
@@ -2300,7 +2280,7 @@ class Tensor:
     (n, c, *size), (o, per_group, *kernel) = self.shape, weight.shape
     if self.ndim != weight.ndim or self.ndim < 3 or c != per_group * groups or o % groups:
       raise ShapeError(f"conv2d of {self.shape} with weight {weight.shape} and groups={groups}: channels don't match")
-    cols = self.pad((None, None, *Tensor._pads(padding, len(size))))._pool(tuple(kernel), stride, dilation)
+    cols = self.pad((None, None, *pad_pairs(padding, len(size))))._pool(tuple(kernel), stride, dilation)
     dims = len(size)
     out = cols.shape[2:2 + dims]
     # (C, *kernel) by (N, *out): a matmul with the weights
@@ -2315,7 +2295,7 @@ class Tensor:
     overhangs, convolved with the kernel flipped, its in and out channels swapped. weight is (C, O/groups, *kernel)."""
     (c, per_group, *kernel), dims = weight.shape, weight.ndim - 2
     stride, dilation, output_padding = per_dim(stride, dims), per_dim(dilation, dims), per_dim(output_padding, dims)
-    padding = Tensor._pads(padding, dims)
+    padding = pad_pairs(padding, dims)
     # the output's size; where the padding leaves a dim empty, the result is empty, as torch's
     out = [(n - 1) * s - b - a + dil * (k - 1) + extra + 1
            for n, s, (b, a), dil, k, extra in zip(self.shape[2:], stride, padding, dilation, kernel, output_padding)]
@@ -2333,7 +2313,7 @@ class Tensor:
     kernel = per_dim(kernel_size, 2)
     dims = len(kernel)
     stride, dilation = per_dim(kernel if stride is None else stride, dims), per_dim(dilation, dims)
-    pads = Tensor._pads(padding, dims)
+    pads = pad_pairs(padding, dims)
     extra = [0] * dims
     for i, (n, k, s, d, (b, a)) in enumerate(zip(self.shape[-dims:], kernel, stride, dilation, pads)):
       span = n + b + a - d * (k - 1) - 1  # the last place a window may start; windows start every s
@@ -2397,10 +2377,9 @@ class Tensor:
     enable_gqa repeats the key and value heads for groups of query heads."""
     if enable_gqa: key, value = [t.repeat_interleave(self.shape[-3] // t.shape[-3], dim=-3) for t in (key, value)]
     scores = self @ key.transpose(-2, -1) / math.sqrt(self.shape[-1])
-    if is_causal:
-      if attn_mask is not None:
-        raise RuntimeError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
-      attn_mask = Tensor.ones(*scores.shape[-2:], dtype=dtypes.bool, device=self.device).tril()
+    if is_causal and attn_mask is not None:
+      raise RuntimeError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+    if is_causal: attn_mask = Tensor.ones(*scores.shape[-2:], dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
       bias = attn_mask.where(0, -math.inf).cast(scores.dtype) if attn_mask.dtype == dtypes.bool else attn_mask
       scores = scores + bias
@@ -2409,7 +2388,7 @@ class Tensor:
   def einsum(formula:str, *operands, dtype=None) -> Tensor:
     """Sums of products named by letters, as numpy's einsum ("ij,jk->ik" is a matmul): each operand's dims laid out
     on all the letters (a letter it lacks is a dim of 1), multiplied, and the letters not in the output summed."""
-    ts = list(Tensor._unpack(operands))
+    ts = list(unpacked(operands))
     lhs, arrow, out = formula.replace(" ", "").partition("->")
     names = lhs.split(",")
     if len(names) != len(ts): raise ValueError(f"einsum {formula!r} names {len(names)} operands, got {len(ts)}")
@@ -2464,8 +2443,7 @@ class Tensor:
     found = dict(sizes)
     for g, n in zip(lhs, self.shape):
       known = prod(found[name] for name in g if name in found)
-      for name in g:
-        if name not in found: found[name] = n // known
+      found |= {name: n // known for name in g if name not in found}
     names = [name for g in lhs for name in g]
     x = self.reshape(*[found[name] for name in names])
     x = x.permute(*[names.index(name) for g in rhs for name in g])
@@ -2671,8 +2649,7 @@ class Tensor:
     at the view of the buffer that holds its value (where a gradient runs through it, noting what it was computed
     from: a realize changes no gradient)."""
     key, buffers, nodes = structure([t.uop for t in group], device)
-    # a write pending into a buffer this graph reads, by a tensor sharing the buffer, runs first (unless it is part
-    # of this graph)
+    # a write pending into a buffer this graph reads, by a tensor sharing it, runs first (unless this graph has it)
     if pending := [b.pending for b in buffers if b.pending is not None]:
       inside = set(nodes)
       if writers := [t for t in pending if t.uop not in inside]:
@@ -2704,9 +2681,8 @@ class Tensor:
         if t.uop in trained_from: note_computed_from(held, rebuild(t.uop, _read_over_origin) if over else t.uop, device)
         t.uop = remember(t.uop, held)
   def buffer(self) -> Buffer:
-    """The device memory holding this tensor, computing it (contiguous) first if needed. A view of a buffer stays
-    one (its copy is made for the call), so that it still shows the buffer's writes, and a write through it reaches
-    the buffer."""
+    """The device memory holding this tensor, computed (contiguous) first if needed. A view of a buffer stays one (its
+    copy is made for the call), so it still shows the buffer's writes, and a write through it reaches the buffer."""
     if (whole := _whole_view_of(self.uop)) is None:  # (all of a buffer, or of a write into one, is it)
       if _aliased(self.uop) is not None: return self.contiguous().realize().buffer()
       self.uop = self.contiguous().realize().uop
@@ -2743,12 +2719,14 @@ for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift
   setattr(Tensor, f"__r{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): f(self._const(x), self))
   setattr(Tensor, f"__i{_op}__", lambda self, x, f=getattr(operator, f"__{_op}__"): self.assign(f(self, x)))
 del _op
+for _name in "float half double short bfloat16 int bool long".split():  # t.half() is t.cast(dtypes.half)
+  setattr(Tensor, _name, lambda self, d=getattr(dtypes, _name): self.cast(d))
 def _reversible(f:Callable) -> Callable:  # tinygrad's named binary ops: reverse=True is x op self
   @functools.wraps(f)
   def op(self, x, reverse=False, *args, **kwargs):
     return f(self._const(x), self, *args, **kwargs) if reverse else f(self, x, *args, **kwargs)
   return op
-for _name in "add sub mul div pow mod bitwise_and bitwise_or bitwise_xor lshift rshift".split():
+for _name in "add sub mul div pow mod bitwise_and bitwise_or bitwise_xor lshift rshift matmul".split():
   setattr(Tensor, _name, _reversible(getattr(Tensor, _name)))
 del _name
 
