@@ -2890,15 +2890,12 @@ def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   if (found := origin_of(u)) is not None: return (_computed_from(u, found.graph, found.when),)
   if u.op is not Ops.VIEW: return u.src
   if (st := u.arg.before) is None: return ()  # a buffer's view, or a detached one
-  from_start = st.move is None  # u's last move was applied to the node's own whole view
-  # to the node itself (not to a BUFFER: a buffer's tensor is its view)
-  if from_start and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
+  # u's last move was applied to the node's own whole view: to the node itself (not a BUFFER: its tensor is its view)
+  if st.move is None and u.src[0].op is not Ops.BUFFER: return (u.src[0],)
   return (UOp(Ops.VIEW, u.dtype, u.src, st),)  # to the view before the last move
 
-# Two walks below follow different sources. The gradient walk (_grad_sources) follows where a gradient flows: a view to
-# the view before its last move, a realized result to what it was computed from. The walk that asks whether a graph
-# reads a trainable tensor at all (_read_sources, for realize) follows everything a node reads: its sources, what it was
-# computed from, and the views its moves went through that still live (a trainable tensor's node may be one of them).
+# Two walks follow different sources: the gradient walk (_grad_sources, above) where a gradient flows; the walk that
+# asks whether a graph reads a trainable tensor at all (_read_sources, for realize) everything a node reads.
 
 # The nodes of tensors set to require grad. A view of a buffer is kept as its BUFFER: the walk back makes such views
 # anew, but every graph that reads one holds the buffer.
@@ -3317,15 +3314,12 @@ def safe_load(path, device:str|None=None) -> dict[str, Tensor]:
     out[name].buffer().copyin(data[start:end])
   return out
 
-nn = types.SimpleNamespace(optim=types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW, LAMB=LAMB,
-                                                       OptimizerGroup=OptimizerGroup),
-                           state=types.SimpleNamespace(get_state_dict=get_state_dict, get_parameters=get_parameters,
-                                                       load_state_dict=load_state_dict, safe_save=safe_save,
-                                                       safe_load=safe_load),
-                           Linear=Linear, Conv1d=Conv1d, Conv2d=Conv2d, ConvTranspose1d=ConvTranspose1d,
-                           ConvTranspose2d=ConvTranspose2d, LayerNorm=LayerNorm, LayerNorm2d=LayerNorm2d,
-                           GroupNorm=GroupNorm, InstanceNorm=InstanceNorm, RMSNorm=RMSNorm, BatchNorm=BatchNorm,
-                           BatchNorm2d=BatchNorm, BatchNorm3d=BatchNorm, Embedding=Embedding, LSTMCell=LSTMCell)
+def _namespace(*named, **more) -> types.SimpleNamespace:  # each object by its own name, and more by the names given
+  return types.SimpleNamespace(**{f.__name__: f for f in named}, **more)
+nn = _namespace(Linear, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, LayerNorm, LayerNorm2d, GroupNorm,
+                InstanceNorm, RMSNorm, BatchNorm, Embedding, LSTMCell, BatchNorm2d=BatchNorm, BatchNorm3d=BatchNorm,
+                optim=_namespace(Optimizer, SGD, Adam, AdamW, LAMB, OptimizerGroup),
+                state=_namespace(get_state_dict, get_parameters, load_state_dict, safe_save, safe_load))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scheduler: tensor graph -> kernels, in the steps plan() lists. A node becomes a buffer (a kernel output) when it is
@@ -3502,8 +3496,7 @@ def unrealized(u:UOp) -> UOp:  # u still to compute, though an equal node was re
 
 def _flat(buffer:UOp) -> UOp:  # all of a BUFFER node, as one row
   return UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.contiguous((buffer.arg.size,)))
-def _whole_buffer(u:UOp) -> bool:
-  return u.in_memory and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
+def _whole_buffer(u:UOp) -> bool: return u.in_memory and u.arg.is_contiguous and u.src[0].arg.size == prod(u.shape)
 def _whole_view_of(u:UOp) -> UOp|None:  # the BUFFER u is all of, as it lies: a view of it, or a write into it
   if u.op is Ops.ASSIGN: u = u.src[0]
   elif u.op is Ops.VIEW and u.src[0].op is Ops.ASSIGN and u.arg.is_contiguous and prod(u.shape) == prod(u.src[0].shape):
@@ -3520,8 +3513,8 @@ def _moved_over(view:UOp, whole:UOp) -> UOp:  # view's moves made again over who
   start, moves = view.arg.history
   if start.move is not None: whole = whole.detached()  # (the one move a tracker may begin with)
   return whole.moved(("reshape", start.shape), *moves)
-def _expands(st:ShapeTracker) -> bool:
-  return any(d == 0 and s > 1 for v in st.views for s, d in zip(v.shape, v.strides))
+def _broadcasts(u:UOp) -> bool:  # a view that reads an element more than once (a stride 0)
+  return u.op is Ops.VIEW and any(d == 0 and s > 1 for v in u.arg.views for s, d in zip(v.shape, v.strides))
 
 BIG_REDUCE = 2**15  # elements from which a reduction to few outputs splits in two kernels
 
@@ -3657,7 +3650,7 @@ def _decided(u:UOp, f:Fused, readers:list[UOp], consumers:list[UOp]) -> str|None
   elementwise = all(c.op in GroupOp.Elementwise for c in readers)
   cheap_again = f.row_shape is not None and again_cost < LAUNCH_COST and elementwise
   if broadcast_back or cheap_again: return "row"
-  reduced_or_broadcast = any(c.op is Ops.REDUCE_AXIS or (c.op is Ops.VIEW and _expands(c.arg)) for c in readers)
+  reduced_or_broadcast = any(c.op is Ops.REDUCE_AXIS or _broadcasts(c) for c in readers)
   if f.pending and (len(readers) > 1 or reduced_or_broadcast): return "reduce"  # (any reduce pending, rows or not)
   if f.cost * (sum(_copies(u, c) for c in readers) - 1) > STORE_COST: return "dear"
   return None
@@ -3702,10 +3695,10 @@ def _pending(u:UOp, srcs:list[Fused]) -> tuple[bool, tuple|None]:
   if not held: return False, None  # no reduce pending
   return True, (held.pop() if len(held) == 1 else None)  # one, over rows of this shape; or several that differ
 
-def _own_rows(c:UOp, row:tuple) -> bool: return c.op is Ops.VIEW and _expands(c.arg) and c.shape == row
+def _own_rows(c:UOp, row:tuple) -> bool: return _broadcasts(c) and c.shape == row
 
 def _copies(u:UOp, c:UOp) -> int:  # how many times consumer c reads each element of u: a broadcast's copies, else 1
-  return max(1, prod(c.shape) // max(1, prod(u.shape))) if c.op is Ops.VIEW and _expands(c.arg) else 1
+  return max(1, prod(c.shape) // max(1, prod(u.shape))) if _broadcasts(c) else 1
 
 def kernel_inputs(sink:UOp, reasons:dict[UOp, str]) -> dict[UOp, dict[UOp, bool]]:
   """For each stored node (the keys of reasons), in the order they are made, the stored nodes and the buffers its
