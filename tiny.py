@@ -3840,9 +3840,7 @@ def finish(sink:UOp, opts:tuple[Opt, ...], ast:UOp, target:Target) -> Program:  
     sink = step(sink)
   uops = linearize(sink)
   src = target.renderer.render(name, uops, params(ast))
-  global_size, local_size = launch_dims(uops)
-  flops, moved = _cost(ast)
-  return Program(name, src, uops, global_size, local_size, flops, moved, opts=" ".join(map(str, opts)))
+  return Program(name, src, uops, *launch_dims(uops), *_cost(ast), opts=" ".join(map(str, opts)))
 
 def params(ast:UOp) -> list[UOp]:  # a kernel's buffers in launch order: all of them, even one whose every read folded
   return sorted((u for u in ast.toposort if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
@@ -3950,11 +3948,8 @@ def picked(v:UOp, reduced:tuple[UOp, ...], op:Ops) -> UOp|None:
     return None
   rest = []
   for t in v.src[0].terms(Ops.AND):
-    pin = pins(t)
-    if pin is None: rest.append(t)
-    else:
-      r, e = pin
-      at[r] = e.cast(dtypes.index)
+    if (pin := pins(t)) is None: rest.append(t)
+    else: at[pin[0]] = pin[1].cast(dtypes.index)
   if len(at) != len(reduced): return None
   # each pick in range (-1 < e < r's size), and the rest of the condition
   valid = all_of(*[(e.const_like(-1) < e) & (e < r.src[0]) for r, e in at.items()], *[substitute(t, at) for t in rest])
@@ -4209,8 +4204,7 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   new = new_range(opt.amount, opt.kind)
   # a CPU thread (new) takes one contiguous chunk; every other split puts its new range innermost (a GLOBAL opt of a
   # whole range, tile_order's, makes it a new output loop inside the others)
-  if opt.kind is AxisType.THREAD: expr = new * cdiv(n, opt.amount) + kept
-  else: expr = kept * opt.amount + new
+  expr = new * cdiv(n, opt.amount) + kept if opt.kind is AxisType.THREAD else kept * opt.amount + new
   sink = substitute(sink, {opt.axis: expr})
   # a reduce over the split range runs over both of its parts (ranges() of the expression, in order)
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
@@ -4238,9 +4232,8 @@ def guard(sink:UOp, valid:UOp, rs:set[UOp], needs_no_gate:Callable[[UOp], bool])
 
 def heuristic(sink:UOp, target:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
-  opts = tensor_core_opts(sink, target)
-  if not opts and target.gpu: opts = shared_reduces(sink, target)
-  return opts or unrolled_compares(sink) or lanes_and_tiles(sink, target)
+  return tensor_core_opts(sink, target) or (shared_reduces(sink, target) if target.gpu else []) or \
+    unrolled_compares(sink) or lanes_and_tiles(sink, target)
 
 def unrolled_compares(sink:UOp) -> list[Opt]:
   """A compare of small ranges and nothing else (a scan's triangle, j <= i) is a constant in each unrolled copy of
@@ -4457,9 +4450,8 @@ def tile_order(sink:UOp, target:Target) -> list[Opt]:
   loads = [x for u in sink.toposort if u.op is Ops.REDUCE for x in u.src[0].toposort
            if x.op is Ops.LOAD and x.buf.op is Ops.PARAM]  # what the reduces read
   def lanes(r:UOp) -> int:  # the most lanes of one load a reduce reads that doesn't move along r
-    upcast = [prod(x.size for x in ld.addr.toposort if x.op is Ops.RANGE and x.kind is AxisType.UPCAST)
-              for ld in loads if r not in ld.addr.toposort]
-    return max(upcast, default=0)
+    return max((prod(x.size for x in ld.addr.toposort if x.op is Ops.RANGE and x.kind is AxisType.UPCAST)
+                for ld in loads if r not in ld.addr.toposort), default=0)
   rows, cols = glob[-2:]
   return [Opt(AxisType.GLOBAL, rows, rows.size)] if lanes(rows) > lanes(cols) > 0 else []
 
@@ -4519,11 +4511,10 @@ def beam(sink:UOp, ast:UOp, device:str, width:int) -> Program:
 
 def candidates(sink:UOp, target:Target) -> list[Opt]:
   """Each split one more opt may make: vector lanes or unrolled copies (up to 64 in all) that divide a range still
-  whole; on a GPU, threads on an output range or across a reduction (a range's tail past the last block is gated),
-  where no opt made threads yet, and a matmul of 16-bit floats on tensor cores, before any other; no output lanes
-  beside a group. (A group folds in
-  shared memory with one slot per thread of its own range: a second set of threads would race on it. A row program's
-  block, whose reduces and columns take turns on one thread id, is the heuristic's.)"""
+  whole; on a GPU, threads on an output range or across a reduction (a range's tail past the last block is gated), where
+  no opt made threads yet, and a matmul of 16-bit floats on tensor cores, before any other; no output lanes beside a
+  group. (A group folds in shared memory with one slot per thread of its own range: a second set of threads would race
+  on it. A row program's block, whose reduces and columns take turns on one thread id, is the heuristic's.)"""
   if any(u.op is Ops.WMMA for u in sink.toposort): return []  # (a warp's tiles are laid out as the device's)
   rs = ranges(sink)
   # tensor cores first or never: their tiles take whole ranges
@@ -4597,12 +4588,6 @@ def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a cor
     xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + odd
   return xs[0]
 
-class Candidate(NamedTuple):  # a range for vector lanes, a width, and the float accesses along it from an aligned base
-  looped: int  # those in a reduce's loop
-  total: int
-  range: UOp
-  width: int
-
 def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
   size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
@@ -4612,17 +4597,17 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   def loops(r:UOp) -> bool: return any(x.kind is not AxisType.UNROLL and x.size > 1 for x in r.src[1:])
   looped = {u for r in sink.toposort if r.op is Ops.REDUCE and loops(r) for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
-  def candidate(r:UOp, w:int) -> Candidate:
+  def accesses(r:UOp, w:int) -> tuple[int, int]:  # the float accesses along r from an aligned base: in a loop, in all
     vectors = [u for u in access if _contiguous(u, r, w)]
-    return Candidate(sum(u in looped for u in vectors), len(vectors), r, w)
+    return sum(u in looped for u in vectors), len(vectors)
   filled = [(r, _filled(r.size, target)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
-  found = [candidate(r, w) for r, w in filled if w]
+  found = [(accesses(r, w), r, w) for r, w in filled if w]
   varying = [f for u, f in free_ranges(sink).items() if u is not sink]  # the ranges each value varies with
   chosen = []
   # the most accesses first (stable: the first of equals, an upcast)
-  for c in sorted(found, key=lambda c: (c.looped, c.total), reverse=True):
-    apart = not any(c.range in f and r in f for f in varying for r, _ in chosen)  # no value varies with it and a chosen
-    if c.total and apart: chosen.append((c.range, c.width))
+  for (_, total), r, w in sorted(found, key=lambda c: c[0], reverse=True):
+    apart = not any(r in f and c in f for f in varying for c, _ in chosen)  # no value varies with it and a chosen one
+    if total and apart: chosen.append((r, w))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
@@ -4861,9 +4846,7 @@ def linearize(sink:UOp) -> list[UOp]:
   Then the walk: emit what the open loops allow, close a loop when its work is done, else open the next one needed."""
   order = sink.toposort
   # a reduce over several ranges nests them, END(outer, END(inner, ...)): each inner range -> the outer one
-  parent = {}
-  for e in (e for e in order if e.op is Ops.END):
-    parent |= {s.src[0]: e.src[0] for s in e.src[1:] if s.op is Ops.END}
+  parent = {s.src[0]: e.src[0] for e in order if e.op is Ops.END for s in e.src[1:] if s.op is Ops.END}
   around: dict[UOp, frozenset] = {}  # a reduce's loop runs inside the loops its accumulators live in
   def body_loops(s:UOp) -> Iterable[UOp]:  # what a node of a reduce's body adds to the loops around it
     if s.op is Ops.END: return around[s.src[0]]  # a nested loop's
@@ -4890,11 +4873,11 @@ def linearize(sink:UOp) -> list[UOp]:
     for s in set(u.src): users[s].append(u)
   waiting = {u: len(set(u.src)) for u in order}
   # ready to emit, earliest in order first: work by the loops it needs, an END by the loop it closes (ranges: below)
-  work: dict[tuple, list] = defaultdict(list)
-  ends: dict[UOp, list] = defaultdict(list)
+  work: dict[tuple, list[int]] = defaultdict(list)  # each a heap of positions in order
+  ends: dict[UOp, list[int]] = defaultdict(list)
   def ready(u:UOp):
-    if u.op is Ops.END: heapq.heappush(ends[u.src[0]], (pos[u], u))
-    elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], (pos[u], u))
+    if u.op is Ops.END: heapq.heappush(ends[u.src[0]], pos[u])
+    elif u.op not in (Ops.RANGE, Ops.SINK): heapq.heappush(work[tuple(need[u])], pos[u])
   done, out, stack = set(), [], []
   def emit(u:UOp):
     out.append(u)
@@ -4906,12 +4889,8 @@ def linearize(sink:UOp) -> list[UOp]:
     if not u.src: ready(u)
   while len(out) < len(order) - 1:  # (all but the SINK)
     here = work[tuple(stack)]
-    if here:  # work that belongs in the loops open now
-      _, u = heapq.heappop(here)
-      emit(u)
-    elif stack and ends[stack[-1]]:  # this loop is done: close it
-      _, end = heapq.heappop(ends[stack.pop()])
-      emit(end)
+    if here: emit(order[heapq.heappop(here)])  # work that belongs in the loops open now
+    elif stack and ends[stack[-1]]: emit(order[heapq.heappop(ends[stack.pop()])])  # this loop is done: close it
     else:  # open the next loop a waiting node needs
       def waits_inside(u:UOp) -> bool:  # u needs the loops open now, and more
         return u not in done and u.op is not Ops.RANGE and len(need[u]) > len(stack) and need[u][:len(stack)] == stack
