@@ -4780,6 +4780,26 @@ def test_tensors_of_one_graph_hold_their_own_buffers_once_written():
   c.assign(c + 10)
   assert (c.item(), d.item()) == (13.0, 3.0)
 
+def test_a_write_through_a_view_of_one_of_two_equal_graphs_leaves_the_other():
+  """Equal graphs realized into one buffer: a write through a view of one (an index, a slice's +=, a transpose, a
+  reshape, a detach) is a write into that one only."""
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).realize()
+  rows = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+  for write, expected in [(lambda t: t.__setitem__((1, 2), 0.0), [[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]]),
+                          (lambda t: t[0, :2].assign(t[0, :2] + 1), [[2.0, 3.0, 3.0], [4.0, 5.0, 6.0]]),
+                          (lambda t: t.T.__setitem__((2, 1), 9.0), [[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]]),
+                          (lambda t: t.reshape(3, 2).__setitem__(0, Tensor([7.0, 8.0])), [[7.0, 8.0, 3.0],
+                                                                                         [4.0, 5.0, 6.0]]),
+                          (lambda t: t.detach().flatten()[4:].assign(Tensor([0.0, 0.0])), [[1.0, 2.0, 3.0],
+                                                                                          [4.0, 0.0, 0.0]])]:
+    a, b = x * 1.0, x * 1.0
+    Tensor.realize(a, b)
+    write(b)
+    assert (a.tolist(), b.tolist()) == (rows, expected)
+  y = x.contiguous()  # (one tensor's buffer, shared as torch's: a write through a view of y shows in x)
+  y.T[0, 1] = -1.0
+  assert x.tolist()[1][0] == -1.0
+
 def test_equal_leaves_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
   a, b = Tensor(1.0, requires_grad=True), Tensor(1.0, requires_grad=True)
   (a * 2 + b * 3).backward()
@@ -4870,6 +4890,20 @@ def test_an_optimizer_step_leaves_what_read_its_buffers_before_it_as_it_was(name
     opt.step()
     assert p.tolist() != p_then and twice_p.tolist() == [2 * v for v in p_then]
     assert [t.tolist() for t in state] == state_then
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_a_loss_before_a_step_keeps_its_value_when_its_parameter_was_computed(name):
+  """A parameter made by a graph (Tensor.uniform(..., requires_grad=True)) gets a buffer of its own by a write still
+  pending at the step: the loss built before the step, realized after it, has the value of the parameter before."""
+  Tensor.manual_seed(3)
+  values = flat(Tensor.uniform(2, 3, low=-1.0, high=1.0).tolist())
+  Tensor.manual_seed(3)
+  p = Tensor.uniform(2, 3, low=-1.0, high=1.0, requires_grad=True)
+  loss = (p * p).sum()
+  loss.backward()
+  getattr(tiny.nn.optim, name)([p], lr=0.25).step()
+  assert_close(loss.item(), sum(v * v for v in values), rtol=1e-6)
+  if name == "SGD": assert_close(flat(p.tolist()), [v - 0.25 * 2 * v for v in values], rtol=1e-6)
 
 def test_assign_checks_shape_and_device():
   a = Tensor([1.0, 2.0])

@@ -1059,6 +1059,7 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
+  owner: Tensor|None = None  # a view's of a buffer: the tensor it was taken from (see _viewing)
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
@@ -1826,7 +1827,14 @@ class Tensor:
     return values._along(d, 0, k), where._along(d, 0, k)
 
   # --- movement: each one a view change, no data moves
-  def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._like(self.uop.moved(*moves))
+  def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._viewing(self.uop.moved(*moves))
+  def _viewing(self, uop:UOp) -> Tensor:
+    """A view of this tensor. One of a buffer notes whose buffer it views (its owner: this tensor, or the one this
+    views), so that a write through it is a write into that tensor, not into another sharing its buffer by an equal
+    graph (see _realize_readers)."""
+    view = self._like(uop)
+    if uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): view.owner = self if self.owner is None else self.owner
+    return view
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(unpacked(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -2535,7 +2543,7 @@ class Tensor:
     if gradient is not None and gradient.shape != self.shape:
       raise AssertionError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
     return self.ones_like() if gradient is None else gradient.cast(self.dtype)
-  def detach(self) -> Tensor: return self._like(self.uop.detached())
+  def detach(self) -> Tensor: return self._viewing(self.uop.detached())
   class train(contextlib.ContextDecorator):
     """with Tensor.train(): or @Tensor.train(): Tensor.training is mode inside, what it was after."""
     def __init__(self, mode:bool=True): self.mode = mode
@@ -2556,7 +2564,7 @@ class Tensor:
     if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and self.uop.arg.history[0].move is None):
       if (base := self._base()) is not None: return self._write_through(base, x)
       self.uop = self._owned().uop  # one to write into
-    sharing = Tensor._realize_readers({self._written().src[0]}, self, x)
+    sharing = Tensor._realize_readers({self._written().src[0]}, self, x, owner=self.owner)
     self._write(x)
     Tensor._read_writes(sharing)
     return self
@@ -2567,14 +2575,20 @@ class Tensor:
     if _aliased(self.uop) is None: return None
     (start, moves), source = self.uop.arg.history, self.uop.src[0]
     if any(move.name == "expand" for move in moves): return None
-    return Tensor._of(source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start), self.device)
+    whole = source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start)
+    # (the tensor this view was taken from, where it is that whole, detached or not)
+    if self.owner is not None and self.owner.uop in (whole, UOp(Ops.VIEW, self.dtype, (source,), start.bare)):
+      return self.owner
+    return Tensor._of(whole, self.device)
   def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
     and a mask of where it goes, moved back through the view's moves (as a gradient is), then put where the mask is."""
     mask = _moved_back(Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device), self.uop)
     value = mask.where(_moved_back(x, self.uop), base)
-    # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write)
-    sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value)
+    # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write; where the base
+    # is the tensor this view was taken from, the others are equal graphs, copied)
+    owner = base if base is self.owner else None
+    sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value, owner=owner)
     base._write(value, seen=self.uop.arg.history[0].move is None)
     Tensor._read_writes([t for t in sharing if t is not base])
     self.uop = UOp(Ops.VIEW, self.dtype, (base.uop,), self.uop.arg)  # it reads the write
@@ -2610,20 +2624,21 @@ class Tensor:
     Tensor._live = {k: ref for k, ref, t in found if t is not None}
     return [t for _, _, t in found if t is not None]
   @staticmethod
-  def _realize_readers(buffers:set[UOp], *skip:Tensor) -> list[Tensor]:
+  def _realize_readers(buffers:set[UOp], *skip:Tensor, owner:Tensor|None=None) -> list[Tensor]:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
     - one whose graph reads such a buffer: realized now (a view that doesn't begin from all of it: copied first);
     - one that is such a buffer, whole, or a view of it: left as it is, it holds or shows what is written (returned:
-      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, made by no move,
-      and the buffer was never assigned (two LayerNorms' weights, each ones(n): equal graphs are one node, realized
-      into one buffer): then copied, so that each holds its own."""
-    skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in skip}
+      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, or the owner's
+      (the tensor a written view was taken from), made by no move, and the buffer was never assigned (two LayerNorms'
+      weights, each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each holds its
+      own."""
+    skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in (*skip, owner) if s is not None}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
       if id(t) in skipped or buffers.isdisjoint(t.uop.buffers): continue
       if (whole := _whole_view_of(t.uop)) in buffers:  # it will hold what is written
         moved = t.uop.op is Ops.VIEW and t.uop.arg.move is not None  # (a view of one tensor: t.reshape(1, n), detach)
-        shared = t.uop not in skipped_nodes or whole.arg.assigned or moved
+        shared = t is owner or t.uop not in skipped_nodes or whole.arg.assigned or moved
         (sharing if shared else readers).append(t)
       else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
     for t in readers:
@@ -3016,8 +3031,8 @@ class Optimizer:
     # values: one pass for every buffer the step writes, as assign() would make for each. The next values are built in
     # _next, whose temporaries die when it returns: the writes below have no reader left to realize
     written = self.params + self.state
-    for t in written: t.buffer()  # each in a buffer of its own, to be written
-    sharing = Tensor._realize_readers({t.uop.src[0] for t in written}, *written)
+    for t in written: t.buffer()  # each in a buffer of its own (viewed, or the write that filled it)
+    sharing = Tensor._realize_readers({t._written().src[0] for t in written}, *written)
     self._write_state()
     # (computed in at least float32, as the state is kept: a float16 gradient's square underflows)
     nexts = [self._next(i, t.detach(), t.grad.detach().cast(dtypes.promote(t.dtype, dtypes.float32)))
@@ -4588,6 +4603,12 @@ def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a cor
     xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + odd
   return xs[0]
 
+class Candidate(NamedTuple):  # a range for vector lanes, a width, and the float accesses along it from an aligned base
+  looped: int  # those in a reduce's loop
+  total: int
+  range: UOp
+  width: int
+
 def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
   size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
@@ -4597,17 +4618,17 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   def loops(r:UOp) -> bool: return any(x.kind is not AxisType.UNROLL and x.size > 1 for x in r.src[1:])
   looped = {u for r in sink.toposort if r.op is Ops.REDUCE and loops(r) for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
-  def accesses(r:UOp, w:int) -> tuple[int, int]:  # the float accesses along r from an aligned base: in a loop, in all
+  def candidate(r:UOp, w:int) -> Candidate:
     vectors = [u for u in access if _contiguous(u, r, w)]
-    return sum(u in looped for u in vectors), len(vectors)
+    return Candidate(sum(u in looped for u in vectors), len(vectors), r, w)
   filled = [(r, _filled(r.size, target)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
-  found = [(accesses(r, w), r, w) for r, w in filled if w]
+  found = [candidate(r, w) for r, w in filled if w]
   varying = [f for u, f in free_ranges(sink).items() if u is not sink]  # the ranges each value varies with
   chosen = []
   # the most accesses first (stable: the first of equals, an upcast)
-  for (_, total), r, w in sorted(found, key=lambda c: c[0], reverse=True):
-    apart = not any(r in f and c in f for f in varying for c, _ in chosen)  # no value varies with it and a chosen one
-    if total and apart: chosen.append((r, w))
+  for c in sorted(found, key=lambda c: (c.looped, c.total), reverse=True):
+    apart = not any(c.range in f and r in f for f in varying for r, _ in chosen)  # no value varies with it and a chosen
+    if c.total and apart: chosen.append((c.range, c.width))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
