@@ -1059,7 +1059,9 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  owner: Tensor|None = None  # a view's of a buffer: the tensor it was taken from (see _viewing)
+  # a view's of a buffer: the tensor it was taken from, by a weak reference (a view doesn't keep it alive: one kept
+  # would be a reader of writes, a leaf given gradients), see _viewing
+  taken_from: weakref.ref|None = None
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
@@ -1829,12 +1831,13 @@ class Tensor:
   # --- movement: each one a view change, no data moves
   def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._viewing(self.uop.moved(*moves))
   def _viewing(self, uop:UOp) -> Tensor:
-    """A view of this tensor. One of a buffer notes whose buffer it views (its owner: this tensor, or the one this
+    """A view of this tensor. One of a buffer notes the tensor it was taken from (its owner: this one, or the one this
     views), so that a write through it is a write into that tensor, not into another sharing its buffer by an equal
     graph (see _realize_readers)."""
     view = self._like(uop)
-    if uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): view.owner = self if self.owner is None else self.owner
+    if uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): view.taken_from = self.taken_from or weakref.ref(self)
     return view
+  def _owner(self) -> Tensor|None: return None if self.taken_from is None else self.taken_from()
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(unpacked(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
@@ -2564,7 +2567,7 @@ class Tensor:
     if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and self.uop.arg.history[0].move is None):
       if (base := self._base()) is not None: return self._write_through(base, x)
       self.uop = self._owned().uop  # one to write into
-    sharing = Tensor._realize_readers({self._written().src[0]}, self, x, owner=self.owner)
+    sharing = Tensor._realize_readers({self._written().src[0]}, self, x, owner=self._owner())
     self._write(x)
     Tensor._read_writes(sharing)
     return self
@@ -2577,8 +2580,8 @@ class Tensor:
     if any(move.name == "expand" for move in moves): return None
     whole = source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start)
     # (the tensor this view was taken from, where it is that whole, detached or not)
-    if self.owner is not None and self.owner.uop in (whole, UOp(Ops.VIEW, self.dtype, (source,), start.bare)):
-      return self.owner
+    if (owner := self._owner()) is not None and owner.uop in (whole, UOp(Ops.VIEW, self.dtype, (source,), start.bare)):
+      return owner
     return Tensor._of(whole, self.device)
   def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
@@ -2587,7 +2590,7 @@ class Tensor:
     value = mask.where(_moved_back(x, self.uop), base)
     # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write; where the base
     # is the tensor this view was taken from, the others are equal graphs, copied)
-    owner = base if base is self.owner else None
+    owner = base if base is self._owner() else None
     sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value, owner=owner)
     base._write(value, seen=self.uop.arg.history[0].move is None)
     Tensor._read_writes([t for t in sharing if t is not base])
