@@ -1059,9 +1059,9 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  # a view's of a buffer: the tensor it was taken from, by a weak reference (a view doesn't keep it alive: one kept
-  # would be a reader of writes, a leaf given gradients), see _viewing
-  taken_from: weakref.ref|None = None
+  # a view's of a buffer: its owner, the tensor it was taken from, by a weak reference (see _viewing; a view doesn't keep
+  # it alive: one kept would be a reader of writes, a leaf given gradients)
+  owner_ref: weakref.ref|None = None
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
@@ -1831,13 +1831,13 @@ class Tensor:
   # --- movement: each one a view change, no data moves
   def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._viewing(self.uop.moved(*moves))
   def _viewing(self, uop:UOp) -> Tensor:
-    """A view of this tensor. One of a buffer notes the tensor it was taken from (its owner: this one, or the one this
+    """A view of this tensor. One of a buffer notes its owner, the tensor it was taken from (this one, or the one this
     views), so that a write through it is a write into that tensor, not into another sharing its buffer by an equal
     graph (see _realize_readers)."""
     view = self._like(uop)
-    if uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): view.taken_from = self.taken_from or weakref.ref(self)
+    if uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): view.owner_ref = self.owner_ref or weakref.ref(self)
     return view
-  def _owner(self) -> Tensor|None: return None if self.taken_from is None else self.taken_from()
+  def _owner(self) -> Tensor|None: return None if self.owner_ref is None else self.owner_ref()
   def reshape(self, *shape) -> Tensor:
     shape = [self.shape[i] if s is None else s for i, s in enumerate(unpacked(shape))]
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {tuple(shape)}: only one dimension can be -1")
