@@ -4800,6 +4800,22 @@ def test_a_write_through_a_view_of_one_of_two_equal_graphs_leaves_the_other():
   y.T[0, 1] = -1.0
   assert x.tolist()[1][0] == -1.0
 
+def test_views_of_one_of_two_equal_graphs_stay_its_views_after_a_write_into_the_other():
+  """Equal graphs realized into one buffer, and views taken from one (a row, a transpose, a reshape, a detach, a flip):
+  a write into the other leaves them, and a write through them writes the one they were taken from."""
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).realize()
+  for view, row in [(lambda t: t[0], [1.0, 2.0, 3.0]), (lambda t: t.T, [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]),
+                    (lambda t: t.reshape(3, 2), [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]),
+                    (lambda t: t.detach(), [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),
+                    (lambda t: t.flip(0), [[4.0, 5.0, 6.0], [1.0, 2.0, 3.0]])]:
+    a, b = x * 1.0, x * 1.0
+    Tensor.realize(a, b)
+    seen = view(a)
+    b[0, 1] = 100.0
+    assert seen.tolist() == row and a.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    seen.flatten()[0].assign(-1.0)
+    assert view(a).flatten().tolist()[0] == -1.0 and b.tolist() == [[1.0, 100.0, 3.0], [4.0, 5.0, 6.0]]
+
 def test_equal_leaves_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
   a, b = Tensor(1.0, requires_grad=True), Tensor(1.0, requires_grad=True)
   (a * 2 + b * 3).backward()

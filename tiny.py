@@ -2634,7 +2634,7 @@ class Tensor:
       the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, or the owner's
       (the tensor a written view was taken from), made by no move, and the buffer was never assigned (two LayerNorms'
       weights, each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each holds its
-      own."""
+      own, and the views taken from it before become views of its copy."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in (*skip, owner) if s is not None}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
@@ -2644,10 +2644,13 @@ class Tensor:
         shared = t is owner or t.uop not in skipped_nodes or whole.arg.assigned or moved
         (sharing if shared else readers).append(t)
       else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
+    copied = {id(t) for t in readers if _whole_view_of(t.uop) in buffers}  # (equal graphs)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
-    return sharing
+    for t in sharing:  # a view taken from a copied equal graph before the write: now a view of its copy
+      if id(t._owner()) in copied: t.uop = _moved_over(t.uop, t._owner().uop)
+    return [t for t in sharing if id(t._owner()) not in copied]
   @staticmethod
   def _read_writes(sharing:list[Tensor]):
     """Each tensor sharing a buffer that has a write pending reads the write: what is built from it after is built
