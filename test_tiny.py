@@ -4816,6 +4816,58 @@ def test_views_of_one_of_two_equal_graphs_stay_its_views_after_a_write_into_the_
     seen.flatten()[0].assign(-1.0)
     assert view(a).flatten().tolist()[0] == -1.0 and b.tolist() == [[1.0, 100.0, 3.0], [4.0, 5.0, 6.0]]
 
+def test_views_of_a_tensor_not_yet_computed_are_its_views_through_writes():
+  """A view taken from a tensor that has no buffer yet (a graph, a constant) reads its graph; a write into the tensor
+  shows in the view, and a write through the view writes the tensor, as where the tensor had a buffer (torch's)."""
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  t = Tensor.zeros(2, 3)
+  t[1][2] = 5.0  # (t[1] is a view of a constant)
+  assert t.tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 5.0]]
+  t = x * 2
+  row, column, total = t[0], t[:, 1], t.sum()
+  row[1] = -1.0
+  assert t.tolist() == [[2.0, -1.0, 6.0], [8.0, 10.0, 12.0]] and column.tolist() == [-1.0, 10.0]
+  assert total.item() == 42.0  # (computed from t before the write)
+  t = x * 2
+  flat, back = t.reshape(3, 2), t.T
+  t += 1
+  assert flat.tolist() == [[3.0, 5.0], [7.0, 9.0], [11.0, 13.0]]
+  back[2, 0] = 0.0
+  assert t.tolist() == [[3.0, 5.0, 0.0], [9.0, 11.0, 13.0]] and flat.tolist()[1] == [0.0, 9.0]
+  t = x * 2
+  row = t[1]
+  t.realize()  # (computed after the view was taken)
+  row[0] = 7.0
+  assert t.tolist() == [[2.0, 4.0, 6.0], [7.0, 10.0, 12.0]]
+  t = x * 2
+  back, flat = t.T, t.flatten()
+  back.realize()  # (realized alone: t is computed, and back is a view of it)
+  back[0, 1] = 9.0
+  flat += 1
+  assert t.tolist() == [[3.0, 5.0, 7.0], [10.0, 11.0, 13.0]] and back.tolist()[0] == [3.0, 10.0]
+  w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  t = w * w
+  t[1:][0] = 0.0  # (the gradient passes by what the write replaced)
+  t.sum().backward()
+  assert w.grad.tolist() == [2.0, 0.0, 6.0]
+
+def test_a_detach_of_a_moved_view_shares_the_buffer():
+  """t.T.detach() and t[1:, ::2].detach() share t's buffer as torch's: writes show both ways, computed or not."""
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  for realized in (True, False):
+    w = (x * 1.0).realize() if realized else x * 1.0
+    back, part = w.T.detach(), w[:, ::2].detach()
+    w += 1
+    assert back.tolist() == [[2.0, 5.0], [3.0, 6.0], [4.0, 7.0]] and part.tolist() == [[2.0, 4.0], [5.0, 7.0]]
+    back[0, 1] = 50.0
+    part[0, 1] = -4.0
+    assert w.tolist() == [[2.0, 3.0, -4.0], [50.0, 6.0, 7.0]]
+  w = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+  y = w * 2
+  y.T.detach()[0, 1] = 0.0  # (written as torch's: the gradient of y * y reads the value written)
+  (y * y).sum().backward()
+  assert y.tolist() == [[2.0, 4.0, 6.0], [0.0, 10.0, 12.0]] and w.grad.tolist() == [[8.0, 16.0, 24.0], [0.0, 40.0, 48.0]]
+
 def test_equal_leaves_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
   a, b = Tensor(1.0, requires_grad=True), Tensor(1.0, requires_grad=True)
   (a * 2 + b * 3).backward()

@@ -414,12 +414,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
     """The same values, as a view the gradient walk stops at: the walk steps back along a view's moves (see Views),
-    and this one's tracker records the move "detach" with none before it. A view of a buffer stays one view of it;
-    any other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
-    if self.op is Ops.VIEW and self.src[0].op in (Ops.BUFFER, Ops.ASSIGN): base, st = self.src[0], self.arg
-    else: base, st = self, ShapeTracker.contiguous(self.shape)
+    and this one's tracker records the move "detach" with none before it. A view of a buffer stays one view of it
+    (the move's arg: the tracker it detached, where a write through it finds the buffer's whole, see path); any
+    other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
     # (a move no View method makes: composites do not replay it)
-    return UOp(Ops.VIEW, self.dtype, (base,), ShapeTracker(st.views, Move("detach", None)))
+    if self.op is Ops.VIEW and self.src[0].op in (Ops.BUFFER, Ops.ASSIGN):
+      return UOp(Ops.VIEW, self.dtype, self.src, ShapeTracker(self.arg.views, Move("detach", self.arg)))
+    return UOp(Ops.VIEW, self.dtype, (self,), ShapeTracker((View.contiguous(self.shape),), Move("detach", None)))
   def rebind(self, buf) -> UOp:  # this VIEW of a buffer, over another one (a Buffer, or a plan's Slot)
     return UOp(Ops.VIEW, self.dtype, (UOp(Ops.BUFFER, self.dtype, (), buf),), self.arg)
 
@@ -896,6 +897,18 @@ class ShapeTracker:
     start, moves = self.before.history
     return start, moves + (self.move,)
   @functools.cached_property
+  def path(self) -> tuple[ShapeTracker, tuple[Move, ...]]:
+    """The history through a detach of a view of a buffer, back to where that view's moves began: the detach is one
+    of the moves (Move("detach", None)) where the values are the same, the gradient walk's stop."""
+    start, moves = self.history
+    if start.move is None or start.move.arg is None: return start, moves
+    first, before = start.move.arg.path
+    return first, before + (Move("detach", None),) + moves
+  def since(self, start:ShapeTracker) -> tuple[Move, ...]|None:  # the moves that made this tracker from start, if any
+    if self is start or self == start: return ()
+    if self.before is None or (moves := self.before.since(start)) is None: return None
+    return moves + (self.move,)
+  @functools.cached_property
   def bare(self) -> ShapeTracker: return self if self.move is None else ShapeTracker(self.views)
   # graphs are built again and again with the same shapes: equal shapes give one tracker object, so the nodes that
   # hold it hash-cons cheaply
@@ -1059,9 +1072,10 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  # a view's of a buffer: its owner, the tensor it was taken from, by a weak reference (see _viewing; a view doesn't keep
-  # it alive: one kept would be a reader of writes, a leaf given gradients)
+  # a view's owner, the tensor it was taken from, by a weak reference (see _viewing; a view doesn't keep it alive: one
+  # kept would be a reader of writes, a leaf given gradients)
   owner_ref: weakref.ref|None = None
+  viewed = False  # whether a view was taken from it that reads its graph (see _held)
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
@@ -1831,11 +1845,14 @@ class Tensor:
   # --- movement: each one a view change, no data moves
   def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._viewing(self.uop.moved(*moves))
   def _viewing(self, uop:UOp) -> Tensor:
-    """A view of this tensor. One of a buffer notes its owner, the tensor it was taken from (this one, or the one this
-    views), so that a write through it is a write into that tensor, not into another sharing its buffer by an equal
-    graph (see _realize_readers)."""
+    """A view of this tensor. It notes its owner, the tensor it was taken from (the one this views, while it lives, or
+    this one), so that a write through it is a write into that tensor: not into another sharing its buffer by an equal
+    graph (see _realize_readers), nor into a copy where the owner had no buffer when the view was taken (see
+    _graph_owner)."""
     view = self._like(uop)
-    if uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): view.owner_ref = self.owner_ref or weakref.ref(self)
+    if (owner := self._owner()) is None: owner = self
+    view.owner_ref = weakref.ref(owner)
+    if uop.src[0].op not in (Ops.BUFFER, Ops.ASSIGN): owner.viewed = True
     return view
   def _owner(self) -> Tensor|None: return None if self.owner_ref is None else self.owner_ref()
   def reshape(self, *shape) -> Tensor:
@@ -2041,6 +2058,8 @@ class Tensor:
     v = self._const(value).cast(self.dtype)
     if isinstance(idx, Tensor) and idx.dtype == dtypes.bool and idx.ndim: return self.assign(self._masked(idx, v))
     view, dims, idxs = self._stand_in(Placeholder("setitem", 0))._viewed(idx)
+    if not dims and v.uop.op is Ops.VIEW and v.uop.src[0] is self.uop and v.uop.arg.views == view.uop.arg.views:
+      return  # (x[idx] += v: x[idx] was written in place, so this writes x[idx] again into itself)
     if dims: written, v = view._put(dims, idxs, v)
     else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
     self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
@@ -2565,18 +2584,36 @@ class Tensor:
       raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     x = x._expand(self.shape)
     if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and self.uop.arg.history[0].move is None):
+      if (owner := self._graph_owner()) is not None: owner._own()
       if (base := self._base()) is not None: return self._write_through(base, x)
-      self.uop = self._owned().uop  # one to write into
+      self._own()  # one to write into
     sharing = Tensor._realize_readers({self._written().src[0]}, self, x, owner=self._owner())
     self._write(x)
     Tensor._read_writes(sharing)
     return self
+  def _graph_owner(self) -> Tensor|None:
+    """The owner of this view where it has no buffer yet: the view reads its graph. Written through, the owner gets a
+    buffer, and realized, the owner is computed, and the view becomes that view of it (see _held): the write is the
+    owner's, as where it had a buffer (t[1][2] = 5 into a t not yet computed, as torch's)."""
+    if (owner := self._owner()) is None or self.uop.op is not Ops.VIEW: return None
+    if self.uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN) or _made_from(self.uop, owner.uop, owner.uop) is None: return None
+    return owner
+  def _own(self): self._held(self._owned().uop)  # its value in a buffer of its own
+  def _held(self, uop:UOp):
+    """This tensor's value, now held in a buffer (uop). The views taken from it while it had none read its graph:
+    they become views of the buffer, so that they show what is written into it, as torch's views do."""
+    was, self.uop = self.uop, uop
+    if not self.viewed: return
+    self.viewed = False
+    for t in Tensor._alive():
+      if t._owner() is self and t.uop.op is Ops.VIEW and (view := _made_from(t.uop, was, uop)) is not None:
+        t.uop = view
   def _written(self) -> UOp: return self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # its buffer's view
   def _base(self) -> Tensor|None:
     """The whole of the buffer this tensor views part of, or of a write pending into one (torch's base), where its
     moves (not an expand) lead back to it."""
     if _aliased(self.uop) is None: return None
-    (start, moves), source = self.uop.arg.history, self.uop.src[0]
+    (start, moves), source = self.uop.arg.path, self.uop.src[0]
     if any(move.name == "expand" for move in moves): return None
     whole = source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start)
     # (the tensor this view was taken from, where it is that whole, detached or not)
@@ -2660,7 +2697,7 @@ class Tensor:
         if (writer := whole.arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
       elif (writer := _aliased(t.uop).arg.pending) is not None: t.uop = _moved_over(t.uop, writer.uop)
   def realize(self, *others:Tensor) -> Tensor:
-    ts = (self, *others)
+    ts = [t if (owner := t._graph_owner()) is None else owner for t in (self, *others)]  # (a view: its owner computed)
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
       Tensor._realized([t for t in ts if t.device == device], device)
     return self
@@ -2693,20 +2730,20 @@ class Tensor:
     for t, view in zip(group, plan.root_views):
       # read from memory already (a view of a buffer stays one: a write through it reaches the buffer)
       if view is None or t.uop.in_memory:
-        t.uop = realized_view(t.uop) or t.uop
+        t._held(realized_view(t.uop) or t.uop)
       elif (buffer := _aliased(t.uop)) is not None:  # a view of a write: of its buffer now, still shared
         t.uop = _moved_over(t.uop, _flat(buffer))
       else:
         held = bound(view)
         # (the gradient walk goes on through it)
         if t.uop in trained_from: note_computed_from(held, rebuild(t.uop, _read_over_origin) if over else t.uop, device)
-        t.uop = remember(t.uop, held)
+        t._held(remember(t.uop, held))
   def buffer(self) -> Buffer:
     """The device memory holding this tensor, computed (contiguous) first if needed. A view of a buffer stays one (its
     copy is made for the call), so it still shows the buffer's writes, and a write through it reaches the buffer."""
     if (whole := _whole_view_of(self.uop)) is None:  # (all of a buffer, or of a write into one, is it)
       if _aliased(self.uop) is not None: return self.contiguous().realize().buffer()
-      self.uop = self.contiguous().realize().uop
+      self._held(self.contiguous().realize().uop)
       whole = self.uop.src[0]
     if (writer := whole.arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
     return whole.arg
@@ -2787,9 +2824,9 @@ def _moved_back(t:Tensor, view:UOp) -> Tensor:
   """t, of view's shape, moved back through the view's moves to where they began, as a gradient is (zeros where the
   view reads nothing). Each view it passes dies at once: alive, it would be a reader for a write to realize."""
   st = view.arg
-  while st.before is not None:
-    t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move)
-    st = st.before
+  while st.before is not None or (st.move is not None and st.move.arg is not None):
+    if st.before is None: st = st.move.arg  # (a detach: the values of the view it detached)
+    else: t, st = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move), st.before
   return t
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
@@ -2925,7 +2962,7 @@ def make_trainable(t:Tensor):
   """Notes t's node as trainable. Equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a
   buffer's view gets a buffer of its own (its node changes), or its gradient would be the others' too; unless its
   graph reads a trainable tensor, whose gradient flows through it: a buffer of its own would cut that path."""
-  if _held_in(t.uop).op is not Ops.BUFFER and not reading_trainable([t.uop]): t.uop = t._owned().uop
+  if _held_in(t.uop).op is not Ops.BUFFER and not reading_trainable([t.uop]): t._own()
   trainable_nodes.add(_held_in(t.uop))
 def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into a view of one, holds
   if u.op is Ops.ASSIGN: u = u.src[0]
@@ -3528,12 +3565,23 @@ def _aliased(u:UOp) -> UOp|None:
   it: a write into the buffer shows through the same moves."""
   if u.op is not Ops.VIEW: return None
   if (source := u.src[0]).op is Ops.ASSIGN: source = source.src[0].src[0]
-  start, _ = u.arg.history
+  start, _ = u.arg.path
   return source if source.op is Ops.BUFFER and start.is_contiguous and prod(start.shape) == source.arg.size else None
 def _moved_over(view:UOp, whole:UOp) -> UOp:  # view's moves made again over whole (all of the buffer it views)
-  start, moves = view.arg.history
+  start, moves = view.arg.path
   if start.move is not None: whole = whole.detached()  # (the one move a tracker may begin with)
-  return whole.moved(("reshape", start.shape), *moves)
+  whole = whole.moved(("reshape", start.shape))
+  for move in moves: whole = whole.detached() if move.name == "detach" else whole.moved(move)
+  return whole
+def _made_from(view:UOp, was:UOp, now:UOp) -> UOp|None:
+  """view, made by moves from the node was (a view's source, or a view of it), made by them from now instead; None
+  where it wasn't made from was."""
+  if view.src[0] is was: return _moved_over(view, now)
+  if view.src[0].op is Ops.VIEW and (inner := _made_from(view.src[0], was, now)) is not None:  # (a detached view)
+    return _moved_over(view, inner)
+  if was.op is Ops.VIEW and view.src[0] is was.src[0] and (moves := view.arg.since(was.arg)) is not None:
+    return now.moved(*moves)
+  return None
 def _broadcasts(u:UOp) -> bool:  # a view that reads an element more than once (a stride 0)
   return u.op is Ops.VIEW and any(d == 0 and s > 1 for v in u.arg.views for s, d in zip(v.shape, v.strides))
 
