@@ -4845,6 +4845,11 @@ def test_views_of_a_tensor_not_yet_computed_are_its_views_through_writes():
   back[0, 1] = 9.0
   flat += 1
   assert t.tolist() == [[3.0, 5.0, 7.0], [10.0, 11.0, 13.0]] and back.tolist()[0] == [3.0, 10.0]
+  t = x * 2
+  back = t.T
+  assert back.tolist() == [[2.0, 8.0], [4.0, 10.0], [6.0, 12.0]]  # (read: t is computed, and back is a view of it)
+  t[0, 0] = -1.0
+  assert back.tolist()[0] == [-1.0, 8.0]
   w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
   t = w * w
   t[1:][0] = 0.0  # (the gradient passes by what the write replaced)

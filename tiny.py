@@ -1075,7 +1075,7 @@ class Tensor:
   # a view's owner, the tensor it was taken from, by a weak reference (see _viewing; a view doesn't keep it alive: one
   # kept would be a reader of writes, a leaf given gradients)
   owner_ref: weakref.ref|None = None
-  viewed = False  # whether a view was taken from it that reads its graph (see _held)
+  viewed = False  # whether a view was taken from it that reads its graph (see _hold)
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
@@ -2593,14 +2593,15 @@ class Tensor:
     return self
   def _graph_owner(self) -> Tensor|None:
     """The owner of this view where it has no buffer yet: the view reads its graph. Written through, the owner gets a
-    buffer, and realized, the owner is computed, and the view becomes that view of it (see _held): the write is the
+    buffer, and realized, the owner is computed, and the view becomes that view of it (see _hold): the write is the
     owner's, as where it had a buffer (t[1][2] = 5 into a t not yet computed, as torch's)."""
     if (owner := self._owner()) is None or self.uop.op is not Ops.VIEW: return None
-    if self.uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN) or _made_from(self.uop, owner.uop, owner.uop) is None: return None
-    return owner
-  def _own(self): self._held(self._owned().uop)  # its value in a buffer of its own
-  def _held(self, uop:UOp):
-    """This tensor's value, now held in a buffer (uop). The views taken from it while it had none read its graph:
+    if self.uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): return None
+    # (taken from the owner's graph as it still is: not one written since, whose old value the view keeps)
+    return owner if _made_from(self.uop, owner.uop, owner.uop) is not None else None
+  def _own(self): self._hold(self._owned().uop)  # its value in a buffer of its own
+  def _hold(self, uop:UOp):
+    """This tensor's value, held in a buffer from now on (uop). The views taken from it while it had none read its graph:
     they become views of the buffer, so that they show what is written into it, as torch's views do."""
     was, self.uop = self.uop, uop
     if not self.viewed: return
@@ -2730,20 +2731,21 @@ class Tensor:
     for t, view in zip(group, plan.root_views):
       # read from memory already (a view of a buffer stays one: a write through it reaches the buffer)
       if view is None or t.uop.in_memory:
-        t._held(realized_view(t.uop) or t.uop)
+        t._hold(realized_view(t.uop) or t.uop)
       elif (buffer := _aliased(t.uop)) is not None:  # a view of a write: of its buffer now, still shared
         t.uop = _moved_over(t.uop, _flat(buffer))
       else:
         held = bound(view)
         # (the gradient walk goes on through it)
         if t.uop in trained_from: note_computed_from(held, rebuild(t.uop, _read_over_origin) if over else t.uop, device)
-        t._held(remember(t.uop, held))
+        t._hold(remember(t.uop, held))
   def buffer(self) -> Buffer:
-    """The device memory holding this tensor, computed (contiguous) first if needed. A view of a buffer stays one (its
-    copy is made for the call), so it still shows the buffer's writes, and a write through it reaches the buffer."""
+    """The device memory holding this tensor, computed (contiguous) first if needed. A view of a buffer, or of a tensor
+    not computed (see _graph_owner), stays one (its copy is made for the call), so it still shows the buffer's writes,
+    and a write through it reaches the buffer."""
     if (whole := _whole_view_of(self.uop)) is None:  # (all of a buffer, or of a write into one, is it)
-      if _aliased(self.uop) is not None: return self.contiguous().realize().buffer()
-      self._held(self.contiguous().realize().uop)
+      if _aliased(self.uop) is not None or self._graph_owner() is not None: return self.contiguous().realize().buffer()
+      self._hold(self.contiguous().realize().uop)
       whole = self.uop.src[0]
     if (writer := whole.arg.pending) is not None: writer.realize()  # (a tensor sharing it wrote it)
     return whole.arg
@@ -2826,7 +2828,9 @@ def _moved_back(t:Tensor, view:UOp) -> Tensor:
   st = view.arg
   while st.before is not None or (st.move is not None and st.move.arg is not None):
     if st.before is None: st = st.move.arg  # (a detach: the values of the view it detached)
-    else: t, st = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move), st.before
+    else:
+      t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move)
+      st = st.before
   return t
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
