@@ -4845,6 +4845,10 @@ def test_views_of_a_tensor_not_yet_computed_are_its_views_through_writes():
   back[0, 1] = 9.0
   flat += 1
   assert t.tolist() == [[3.0, 5.0, 7.0], [10.0, 11.0, 13.0]] and back.tolist()[0] == [3.0, 10.0]
+  for t in (x * 2, (x * 2).realize()):  # (a pad is written as a copy of its own, as torch's F.pad makes one)
+    padded = t.pad(((1, 1), (0, 0)))
+    padded[0, 0], padded[1, 0] = 100.0, -1.0
+    assert padded.tolist()[:2] == [[100.0, 0.0, 0.0], [-1.0, 4.0, 6.0]] and t.tolist()[0] == [2.0, 4.0, 6.0]
   t = x * 2
   back = t.T
   assert back.tolist() == [[2.0, 8.0], [4.0, 10.0], [6.0, 12.0]]  # (read: t is computed, and back is a view of it)
@@ -4871,7 +4875,14 @@ def test_a_detach_of_a_moved_view_shares_the_buffer():
   y = w * 2
   y.T.detach()[0, 1] = 0.0  # (written as torch's: the gradient of y * y reads the value written)
   (y * y).sum().backward()
-  assert y.tolist() == [[2.0, 4.0, 6.0], [0.0, 10.0, 12.0]] and w.grad.tolist() == [[8.0, 16.0, 24.0], [0.0, 40.0, 48.0]]
+  assert y.tolist() == [[2.0, 4.0, 6.0], [0.0, 10.0, 12.0]]
+  assert w.grad.tolist() == [[8.0, 16.0, 24.0], [0.0, 40.0, 48.0]]
+  w.grad = None
+  y = w * 2
+  y[1] = 0.0
+  y[0] = y[0].detach()  # (a write of its own values, detached: the gradient stops there, as torch's)
+  (y * y).sum().backward()
+  assert w.grad.tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
 
 def test_equal_leaves_that_require_grad_get_their_own_gradients():  # (one node, until each has a buffer of its own)
   a, b = Tensor(1.0, requires_grad=True), Tensor(1.0, requires_grad=True)

@@ -898,14 +898,15 @@ class ShapeTracker:
     return start, moves + (self.move,)
   @functools.cached_property
   def path(self) -> tuple[ShapeTracker, tuple[Move, ...]]:
-    """The history through a detach of a view of a buffer, back to where that view's moves began: the detach is one
-    of the moves (Move("detach", None)) where the values are the same, the gradient walk's stop."""
+    """history, continued past a detach of a buffer's view (Move("detach", the tracker it detached)) into the moves
+    that made that view: where a write through it finds all of the buffer. The detach stays among the moves, as
+    Move("detach", None); the gradient walk reads history, which stops there."""
     start, moves = self.history
     if start.move is None or start.move.arg is None: return start, moves
     first, before = start.move.arg.path
     return first, before + (Move("detach", None),) + moves
-  def since(self, start:ShapeTracker) -> tuple[Move, ...]|None:  # the moves that made this tracker from start, if any
-    if self is start or self == start: return ()
+  def since(self, start:ShapeTracker) -> tuple[Move, ...]|None:  # the moves that made this from start (None: not so)
+    if self is start or self == start: return ()  # (is: most often, and cheap)
     if self.before is None or (moves := self.before.since(start)) is None: return None
     return moves + (self.move,)
   @functools.cached_property
@@ -1072,10 +1073,10 @@ class Tensor:
   # would compare two references to one tensor with ==, which is elementwise here)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  # a view's owner, the tensor it was taken from, by a weak reference (see _viewing; a view doesn't keep it alive: one
-  # kept would be a reader of writes, a leaf given gradients)
+  # a view's owner: the tensor it was taken from, or that tensor's owner while it lives, by a weak reference (see
+  # _viewing; a view doesn't keep it alive: one kept would be a reader of writes, a leaf given gradients)
   owner_ref: weakref.ref|None = None
-  viewed = False  # whether a view was taken from it that reads its graph (see _hold)
+  graph_viewed = False  # views that read its graph, not a buffer, were taken from it (_hold points them at its buffer)
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
   @staticmethod
   def _training() -> bool: return Tensor.training or getenv("TRAINING") > 0
@@ -1845,14 +1846,13 @@ class Tensor:
   # --- movement: each one a view change, no data moves
   def _view(self, *moves:tuple[str, Any]) -> Tensor: return self._viewing(self.uop.moved(*moves))
   def _viewing(self, uop:UOp) -> Tensor:
-    """A view of this tensor. It notes its owner, the tensor it was taken from (the one this views, while it lives, or
-    this one), so that a write through it is a write into that tensor: not into another sharing its buffer by an equal
-    graph (see _realize_readers), nor into a copy where the owner had no buffer when the view was taken (see
-    _graph_owner)."""
+    """A view of this tensor. It notes its owner (this tensor's owner while that lives, else this tensor), so that a
+    write through it is a write into the owner: not into another tensor sharing its buffer by an equal graph (see
+    _realize_readers), nor into a copy where the owner had no buffer when the view was taken (see _graph_owner)."""
     view = self._like(uop)
     if (owner := self._owner()) is None: owner = self
     view.owner_ref = weakref.ref(owner)
-    if uop.src[0].op not in (Ops.BUFFER, Ops.ASSIGN): owner.viewed = True
+    if uop.src[0].op not in (Ops.BUFFER, Ops.ASSIGN): owner.graph_viewed = True
     return view
   def _owner(self) -> Tensor|None: return None if self.owner_ref is None else self.owner_ref()
   def reshape(self, *shape) -> Tensor:
@@ -2058,8 +2058,9 @@ class Tensor:
     v = self._const(value).cast(self.dtype)
     if isinstance(idx, Tensor) and idx.dtype == dtypes.bool and idx.ndim: return self.assign(self._masked(idx, v))
     view, dims, idxs = self._stand_in(Placeholder("setitem", 0))._viewed(idx)
-    if not dims and v.uop.op is Ops.VIEW and v.uop.src[0] is self.uop and v.uop.arg.views == view.uop.arg.views:
-      return  # (x[idx] += v: x[idx] was written in place, so this writes x[idx] again into itself)
+    # x[idx] += v: Python then calls x.__setitem__(idx, x[idx]) with the view just written in place, an identity
+    same = v.uop.op is Ops.VIEW and v.uop.src[0] is self.uop and v.uop.arg.views == view.uop.arg.views
+    if not dims and same and v.uop.arg.history[0].move is None: return  # (not a detached view: that cuts gradients)
     if dims: written, v = view._put(dims, idxs, v)
     else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
     self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
@@ -2584,38 +2585,40 @@ class Tensor:
       raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     x = x._expand(self.shape)
     if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and self.uop.arg.history[0].move is None):
-      if (owner := self._graph_owner()) is not None: owner._own()
+      if (owner := self._graph_owner()) is not None: owner._into_buffer()  # (this is a view of that buffer now)
       if (base := self._base()) is not None: return self._write_through(base, x)
-      self._own()  # one to write into
+      self._into_buffer()  # one to write into
     sharing = Tensor._realize_readers({self._written().src[0]}, self, x, owner=self._owner())
     self._write(x)
     Tensor._read_writes(sharing)
     return self
   def _graph_owner(self) -> Tensor|None:
-    """The owner of this view where it has no buffer yet: the view reads its graph. Written through, the owner gets a
-    buffer, and realized, the owner is computed, and the view becomes that view of it (see _hold): the write is the
-    owner's, as where it had a buffer (t[1][2] = 5 into a t not yet computed, as torch's)."""
+    """This view's owner where the view reads the owner's graph (the owner has no buffer yet), else None. A write
+    through the view gives the owner a buffer first, and a realize of it computes the owner instead; _hold then makes
+    the view that view of the buffer, so that the write is the owner's, as torch's (t[1][2] = 5 into a t not yet
+    computed)."""
     if (owner := self._owner()) is None or self.uop.op is not Ops.VIEW: return None
     if self.uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): return None
-    # (taken from the owner's graph as it still is: not one written since, whose old value the view keeps)
+    # (made by moves from the owner's graph as it still is: not one written since, whose old value the view keeps)
     return owner if _made_from(self.uop, owner.uop, owner.uop) is not None else None
-  def _own(self): self._hold(self._owned().uop)  # its value in a buffer of its own
+  def _into_buffer(self): self._hold(self._owned().uop)  # its value, in a buffer of its own
   def _hold(self, uop:UOp):
-    """This tensor's value, held in a buffer from now on (uop). The views taken from it while it had none read its graph:
-    they become views of the buffer, so that they show what is written into it, as torch's views do."""
+    """This tensor's value, held in a buffer from now on (uop). The views taken from it while it had none read its
+    graph: they become views of the buffer, so that they show what is written into it, as torch's views do."""
     was, self.uop = self.uop, uop
-    if not self.viewed: return
-    self.viewed = False
+    if not self.graph_viewed: return
+    self.graph_viewed = False
     for t in Tensor._alive():
       if t._owner() is self and t.uop.op is Ops.VIEW and (view := _made_from(t.uop, was, uop)) is not None:
         t.uop = view
   def _written(self) -> UOp: return self.uop.src[0] if self.uop.op is Ops.ASSIGN else self.uop  # its buffer's view
   def _base(self) -> Tensor|None:
     """The whole of the buffer this tensor views part of, or of a write pending into one (torch's base), where its
-    moves (not an expand) lead back to it."""
+    moves lead back to it, each element to one of it: not an expand, nor a pad it reads (torch's are copies; a pad
+    that later moves cut away, as a strided slice's, leaves an inner view's mask and an outer one without)."""
     if _aliased(self.uop) is None: return None
     (start, moves), source = self.uop.arg.path, self.uop.src[0]
-    if any(move.name == "expand" for move in moves): return None
+    if any(move.name == "expand" for move in moves) or self.uop.arg.views[-1].mask is not None: return None
     whole = source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start)
     # (the tensor this view was taken from, where it is that whole, detached or not)
     if (owner := self._owner()) is not None and owner.uop in (whole, UOp(Ops.VIEW, self.dtype, (source,), start.bare)):
@@ -2672,7 +2675,7 @@ class Tensor:
       the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, or the owner's
       (the tensor a written view was taken from), made by no move, and the buffer was never assigned (two LayerNorms'
       weights, each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each holds its
-      own, and the views taken from it before become views of its copy."""
+      own, and the views taken from the copied tensor become views of its copy."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in (*skip, owner) if s is not None}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
@@ -2682,12 +2685,12 @@ class Tensor:
         shared = t is owner or t.uop not in skipped_nodes or whole.arg.assigned or moved
         (sharing if shared else readers).append(t)
       else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
-    copied = {id(t) for t in readers if _whole_view_of(t.uop) in buffers}  # (equal graphs)
+    copied = {id(t) for t in readers if _whole_view_of(t.uop) in buffers}  # (all of a written buffer: equal graphs)
     for t in readers:
       if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
     if readers: readers[0].realize(*readers[1:])
-    for t in sharing:  # a view taken from a copied equal graph before the write: now a view of its copy
-      if id(t._owner()) in copied: t.uop = _moved_over(t.uop, t._owner().uop)
+    moved = [t for t in sharing if id(t._owner()) in copied]  # views taken from a copied tensor: views of its copy
+    for t in moved: t.uop = _moved_over(t.uop, t._owner().uop)
     return [t for t in sharing if id(t._owner()) not in copied]
   @staticmethod
   def _read_writes(sharing:list[Tensor]):
@@ -2698,7 +2701,8 @@ class Tensor:
         if (writer := whole.arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
       elif (writer := _aliased(t.uop).arg.pending) is not None: t.uop = _moved_over(t.uop, writer.uop)
   def realize(self, *others:Tensor) -> Tensor:
-    ts = [t if (owner := t._graph_owner()) is None else owner for t in (self, *others)]  # (a view: its owner computed)
+    # (a view of a tensor not computed: that tensor is computed, and the view is a view of it, see _graph_owner)
+    ts = [t if (owner := t._graph_owner()) is None else owner for t in (self, *others)]
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
       Tensor._realized([t for t in ts if t.device == device], device)
     return self
@@ -2826,12 +2830,12 @@ def _moved_back(t:Tensor, view:UOp) -> Tensor:
   """t, of view's shape, moved back through the view's moves to where they began, as a gradient is (zeros where the
   view reads nothing). Each view it passes dies at once: alive, it would be a reader for a write to realize."""
   st = view.arg
-  while st.before is not None or (st.move is not None and st.move.arg is not None):
-    if st.before is None: st = st.move.arg  # (a detach: the values of the view it detached)
-    else:
+  while True:
+    if st.before is not None:
       t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move)
       st = st.before
-  return t
+    elif st.move is not None and st.move.arg is not None: st = st.move.arg  # (a detach of a buffer's view: see path)
+    else: return t
 
 def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
   """A sum passes g to every element it adds; a product, g times the product of the others (y / x, or where x is 0,
@@ -2966,7 +2970,7 @@ def make_trainable(t:Tensor):
   """Notes t's node as trainable. Equal graphs are one node (zeros(3); a * 2 built twice): a tensor that isn't a
   buffer's view gets a buffer of its own (its node changes), or its gradient would be the others' too; unless its
   graph reads a trainable tensor, whose gradient flows through it: a buffer of its own would cut that path."""
-  if _held_in(t.uop).op is not Ops.BUFFER and not reading_trainable([t.uop]): t._own()
+  if _held_in(t.uop).op is not Ops.BUFFER and not reading_trainable([t.uop]): t._into_buffer()
   trainable_nodes.add(_held_in(t.uop))
 def _held_in(u:UOp) -> UOp:  # the BUFFER that a view of one, or an assign into a view of one, holds
   if u.op is Ops.ASSIGN: u = u.src[0]
@@ -3577,14 +3581,14 @@ def _moved_over(view:UOp, whole:UOp) -> UOp:  # view's moves made again over who
   whole = whole.moved(("reshape", start.shape))
   for move in moves: whole = whole.detached() if move.name == "detach" else whole.moved(move)
   return whole
-def _made_from(view:UOp, was:UOp, now:UOp) -> UOp|None:
-  """view, made by moves from the node was (a view's source, or a view of it), made by them from now instead; None
-  where it wasn't made from was."""
-  if view.src[0] is was: return _moved_over(view, now)
-  if view.src[0].op is Ops.VIEW and (inner := _made_from(view.src[0], was, now)) is not None:  # (a detached view)
-    return _moved_over(view, inner)
-  if was.op is Ops.VIEW and view.src[0] is was.src[0] and (moves := view.arg.since(was.arg)) is not None:
-    return now.moved(*moves)
+def _made_from(view:UOp, old:UOp, new:UOp) -> UOp|None:
+  """view, made by moves from the node old, made by the same moves from new instead; None where it wasn't made from
+  old (so _made_from(view, old, old) is not None asks whether it was)."""
+  if view.src[0] is old: return _moved_over(view, new)
+  if view.src[0].op is Ops.VIEW and (inner := _made_from(view.src[0], old, new)) is not None:
+    return _moved_over(view, inner)  # (a detach of a graph's view: its source is that view)
+  if old.op is Ops.VIEW and view.src[0] is old.src[0] and (moves := view.arg.since(old.arg)) is not None:
+    return new.moved(*moves)  # (old a view itself, as a constant's: view's tracker goes on from old's)
   return None
 def _broadcasts(u:UOp) -> bool:  # a view that reads an element more than once (a stride 0)
   return u.op is Ops.VIEW and any(d == 0 and s > 1 for v in u.arg.views for s, d in zip(v.shape, v.strides))
