@@ -4845,6 +4845,9 @@ def test_views_of_a_tensor_not_yet_computed_are_its_views_through_writes():
   back[0, 1] = 9.0
   flat += 1
   assert t.tolist() == [[3.0, 5.0, 7.0], [10.0, 11.0, 13.0]] and back.tolist()[0] == [3.0, 10.0]
+  rows = Tensor.arange(12.0).reshape(3, 4).realize()
+  rows[::2][:, 1::2] = 0.0  # (a strided slice pads, then cuts the padding away: a view of the buffer still)
+  assert rows.tolist() == [[0.0, 0.0, 2.0, 0.0], [4.0, 5.0, 6.0, 7.0], [8.0, 0.0, 10.0, 0.0]]
   for t in (x * 2, (x * 2).realize()):  # (a pad is written as a copy of its own, as torch's F.pad makes one)
     padded = t.pad(((1, 1), (0, 0)))
     padded[0, 0], padded[1, 0] = 100.0, -1.0

@@ -820,6 +820,8 @@ class View:
   strides: tuple[int, ...]
   offset: int = 0
   mask: tuple[tuple[int, int], ...]|None = None
+  @property
+  def reads_pad(self) -> bool: return self.mask is not None and self.mask != tuple((0, s) for s in self.shape)
   @staticmethod
   def contiguous(shape) -> View: return View(tuple(shape), strides_for(tuple(shape)))
   @functools.cached_property
@@ -2615,10 +2617,10 @@ class Tensor:
   def _base(self) -> Tensor|None:
     """The whole of the buffer this tensor views part of, or of a write pending into one (torch's base), where its
     moves lead back to it, each element to one of it: not an expand, nor a pad it reads (torch's are copies; a pad
-    that later moves cut away, as a strided slice's, leaves an inner view's mask and an outer one without)."""
+    that later moves cut away, as a strided slice's, leaves an outer view whose mask leaves nothing out)."""
     if _aliased(self.uop) is None: return None
     (start, moves), source = self.uop.arg.path, self.uop.src[0]
-    if any(move.name == "expand" for move in moves) or self.uop.arg.views[-1].mask is not None: return None
+    if any(move.name == "expand" for move in moves) or self.uop.arg.views[-1].reads_pad: return None
     whole = source if source.op is Ops.ASSIGN else UOp(Ops.VIEW, self.dtype, (source,), start)
     # (the tensor this view was taken from, where it is that whole, detached or not)
     if (owner := self._owner()) is not None and owner.uop in (whole, UOp(Ops.VIEW, self.dtype, (source,), start.bare)):
