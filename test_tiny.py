@@ -4880,6 +4880,12 @@ def test_a_detach_of_a_moved_view_shares_the_buffer():
   (y * y).sum().backward()
   assert y.tolist() == [[2.0, 4.0, 6.0], [0.0, 10.0, 12.0]]
   assert w.grad.tolist() == [[8.0, 16.0, 24.0], [0.0, 40.0, 48.0]]
+  for realized in (True, False):  # (a detach of a tensor written after: the write's values, still detached)
+    x = Tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], requires_grad=True)
+    h = (x * 2).realize() if realized else x * 2
+    d = h.detach()
+    h += 1
+    assert d.tolist()[1] == [7.0, 9.0, 11.0] and (d * 2 + x).sum().gradient(x)[0].tolist() == [[1.0] * 3] * 2
   w.grad = None
   y = w * 2
   y[1] = 0.0

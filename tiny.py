@@ -2697,10 +2697,12 @@ class Tensor:
   @staticmethod
   def _read_writes(sharing:list[Tensor]):
     """Each tensor sharing a buffer that has a write pending reads the write: what is built from it after is built
-    from the write, so a realize that holds both runs the write first."""
+    from the write, so a realize that holds both runs the write first (a detached one, detached: no gradient)."""
     for t in sharing:
       if (whole := _whole_view_of(t.uop)) is not None:
-        if (writer := whole.arg.pending) is not None: t.uop = writer.reshape(t.shape).uop
+        if (writer := whole.arg.pending) is None: continue
+        detached = t.uop.op is Ops.VIEW and t.uop.arg.history[0].move is not None
+        t.uop = writer.reshape(t.shape).detach().uop if detached else writer.reshape(t.shape).uop
       elif (writer := _aliased(t.uop).arg.pending) is not None: t.uop = _moved_over(t.uop, writer.uop)
   def realize(self, *others:Tensor) -> Tensor:
     # (a view of a tensor not computed: that tensor is computed, and the view is a view of it, see _graph_owner)
