@@ -898,6 +898,8 @@ class ShapeTracker:
     if self.before is None: return self, ()
     start, moves = self.before.history
     return start, moves + (self.move,)
+  @property
+  def detached(self) -> bool: return self.history[0].move is not None  # its moves begin at a detach (no gradient back)
   @functools.cached_property
   def path(self) -> tuple[ShapeTracker, tuple[Move, ...]]:
     """history, continued past a detach of a buffer's view (Move("detach", the tracker it detached)) into the moves
@@ -2062,7 +2064,7 @@ class Tensor:
     view, dims, idxs = self._stand_in(Placeholder("setitem", 0))._viewed(idx)
     # x[idx] += v: Python then calls x.__setitem__(idx, x[idx]) with the view just written in place, an identity
     same = v.uop.op is Ops.VIEW and v.uop.src[0] is self.uop and v.uop.arg.views == view.uop.arg.views
-    if not dims and same and v.uop.arg.history[0].move is None: return  # (not a detached view: that cuts gradients)
+    if not dims and same and not v.uop.arg.detached: return  # (not a detached view: that cuts gradients)
     if dims: written, v = view._put(dims, idxs, v)
     else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
     self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
@@ -2586,7 +2588,7 @@ class Tensor:
     if broadcast_shape(x.shape, self.shape) != self.shape:  # (broadcast, as torch's copy_ and tinygrad's)
       raise ShapeError(f"can't assign a tensor of shape {x.shape} to one of {self.shape}")
     x = x._expand(self.shape)
-    if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and self.uop.arg.history[0].move is None):
+    if self.uop.op is not Ops.ASSIGN and not (_whole_buffer(self.uop) and not self.uop.arg.detached):
       if (owner := self._graph_owner()) is not None: owner._into_buffer()  # (this is a view of that buffer now)
       if (base := self._base()) is not None: return self._write_through(base, x)
       self._into_buffer()  # one to write into
@@ -2635,7 +2637,7 @@ class Tensor:
     # is the tensor this view was taken from, the others are equal graphs, copied)
     owner = base if base is self._owner() else None
     sharing = Tensor._realize_readers({base._written().src[0]}, self, x, value, owner=owner)
-    base._write(value, seen=self.uop.arg.history[0].move is None)
+    base._write(value, seen=not self.uop.arg.detached)
     Tensor._read_writes([t for t in sharing if t is not base])
     self.uop = UOp(Ops.VIEW, self.dtype, (base.uop,), self.uop.arg)  # it reads the write
     self._keep(x, base)
@@ -2701,8 +2703,8 @@ class Tensor:
     for t in sharing:
       if (whole := _whole_view_of(t.uop)) is not None:
         if (writer := whole.arg.pending) is None: continue
-        detached = t.uop.op is Ops.VIEW and t.uop.arg.history[0].move is not None
-        t.uop = writer.reshape(t.shape).detach().uop if detached else writer.reshape(t.shape).uop
+        view = writer.reshape(t.shape)
+        t.uop = (view.detach() if t.uop.op is Ops.VIEW and t.uop.arg.detached else view).uop
       elif (writer := _aliased(t.uop).arg.pending) is not None: t.uop = _moved_over(t.uop, writer.uop)
   def realize(self, *others:Tensor) -> Tensor:
     # (a view of a tensor not computed: that tensor is computed, and the view is a view of it, see _graph_owner)
@@ -2875,7 +2877,7 @@ def origin(buffer:UOp, st:ShapeTracker) -> Origin|None:
   the result's BUFFER node (Tensor.to, on its copy's), by the view's tracker, outside the node's four fields: the note
   lives as long as the buffer, so a view taken of the result reaches it after the result's own tensor is gone."""
   # (none for a detached view: its gradient stops)
-  if (notes := buffer.__dict__.get("computed_from")) is None or st.history[0].move is not None: return None
+  if (notes := buffer.__dict__.get("computed_from")) is None or st.detached: return None
   return notes.get(_lying(st, buffer))
 def note_computed_from(view:UOp, graph:UOp, device:str):
   notes = view.src[0].__dict__.setdefault("computed_from", {})
@@ -2988,7 +2990,7 @@ def reading_trainable(roots:list[UOp]) -> set[UOp]:
     stack, seen = [root], set()
     while stack:
       if (u := stack.pop()) in seen or u in clear: continue
-      if u.op is Ops.VIEW and u.arg.history[0].move is not None: continue  # (its moves begin at a detach)
+      if u.op is Ops.VIEW and u.arg.detached: continue
       if _held_in(u) in trainable_nodes: return True
       seen.add(u)
       stack += _read_sources(u)
