@@ -939,18 +939,15 @@ class ShapeTracker:
     return ShapeTracker(views, Move(fn, arg), self)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Tensor: a thin wrapper around one UOp. Every op builds graph; kernels run when a value is asked for (realize(),
-# tolist(), item(), numpy()), and when assign() (t += 1, t[i] = v, an optimizer's step) first realizes what reads the
-# buffer it overwrites.
-# The primitives are ALU ops, REDUCE_AXIS and views; everything else is composed from them here.
+# Tensor: a thin wrapper around one UOp. Every op builds graph, composed here from the primitives (ALU ops, REDUCE_AXIS
+# and views); kernels run when a value is asked for (realize(), tolist(), item(), numpy()), and when assign() (t += 1,
+# t[i] = v, an optimizer's step) first realizes what reads the buffer it overwrites.
 
-class ShapeError(ValueError, RuntimeError):
-  """A shape an op can't work with. Both a ValueError, as numpy raises, and a RuntimeError, as torch and tinygrad
-  raise, so that handlers written for either catch it."""
+class ShapeError(ValueError, RuntimeError):  # (a ValueError as numpy raises, a RuntimeError as torch and tinygrad)
+  """A shape an op can't work with."""
 
 def check_shape(shape:tuple) -> tuple[int, ...]:
-  """Every creation op, and every movement op that takes sizes, checks the shape it makes here, so that a bad size
-  fails at the op that made it: sizes are ints >= 0, and an int64 index can count the elements."""
+  """The shape a creation or movement op makes, checked there: sizes are ints >= 0, and an int64 counts the elements."""
   if not all(isinstance(s, (int, numbers.Integral)) and s >= 0 for s in shape):  # int first: the common case is quick
     raise ShapeError(f"shape {tuple(shape)}: sizes must be ints >= 0")
   if prod(shape) > 2**63 - 1:  # int64's max
@@ -1039,10 +1036,9 @@ class Bounded(dict):
     super().__setitem__(key, value)
 
 def composite(fn:Callable) -> Callable:
-  """A method composed of others builds the same graph for every call whose inputs have the same shapes, dtypes and
-  devices and whose other arguments are equal: it is built once, over placeholders, and made again over each call's
-  inputs, node for node what the method would build, without its shape checks and broadcasts (a model step's graph
-  builds about three times as fast). How is in the last section (replayed): a reader of the Tensor can skip it."""
+  """A method composed of others builds one graph for all calls with inputs of equal shapes, dtypes and devices and
+  equal other arguments: built once over placeholders, it is made again over each call's inputs, node for node, without
+  the shape checks and broadcasts (a model step's graph builds 3x as fast). How: the last section (replayed)."""
   templates = Bounded()
   @functools.wraps(fn)
   def built(*args, **kwargs) -> Tensor: return replayed(fn, templates, args, kwargs)
@@ -1069,16 +1065,13 @@ def creates(fn:Callable) -> staticmethod:
 
 class Tensor:
   _seed, _counter = 0, 0
-  # Every tensor, by id, in the order made, where assign() looks for a buffer's readers (_realize_readers): a weak
-  # reference with no callback, since a WeakValueDictionary's entry, made for every tensor, made building a model step
-  # 15% slower. A dead one stays until its id (an address) is reused or assign() drops it: about as many as live ones.
+  # Every tensor by id, in the order made, where assign() finds a buffer's readers: weak references without callbacks
+  # (a WeakValueDictionary made building a model step 15% slower); a dead one stays until _alive() drops it.
   _live: dict[int, weakref.ref] = {}
-  # The tensors that require grad, where backward() puts gradients: few, so a WeakValueDictionary (by id: a WeakSet
-  # would compare two references to one tensor with ==, which is elementwise here)
+  # The tensors that require grad, where backward() puts gradients (by id: a WeakSet compares with ==, elementwise)
   _trainable: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   grad: Tensor|None = None  # filled by backward() where requires_grad is set
-  # a view's owner: the tensor it was taken from, or that tensor's owner while it lives, by a weak reference (see
-  # _viewing; a view doesn't keep it alive: one kept would be a reader of writes, a leaf given gradients)
+  # a view's owner (see _viewing), weakly: one kept alive would be a reader of writes, a leaf given gradients
   owner_ref: weakref.ref|None = None
   graph_viewed = False  # views that read its graph, not a buffer, were taken from it (_hold points them at its buffer)
   training = False  # set by Tensor.train(); dropout and batch norm train where it is, or under TRAINING=1 (tinygrad's)
@@ -1123,8 +1116,7 @@ class Tensor:
       dtype = own
     uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
     uop.src[0].arg.copyin(memoryview(raw))
-    # data made inside a TinyJit's function is part of its capture: noted, so that a replay checks it is the same, and
-    # fills the buffer it makes again
+    # (made in a TinyJit's capture: a replay checks it is the same, and fills the buffer it makes again)
     if capturing.now is not None:
       capturing.now.data.append(hash(raw))
       capturing.now.filled[uop.src[0].arg] = raw
@@ -1554,14 +1546,12 @@ class Tensor:
     return (self != self).where(self, out)
   def _signed_zero(self, x:Tensor) -> Tensor:  # a 0 takes x's sign, as C's (a sign: no gradient flows to x)
     return (self == 0).where(x.detach() * 0, self)
-  def floor(self) -> Tensor:  # trunc, one lower where that rounded up
+  def floor(self) -> Tensor: return self._rounded(up=False)
+  def ceil(self) -> Tensor: return self._rounded(up=True)
+  def _rounded(self, up:bool) -> Tensor:  # trunc, one higher where that rounded down (ceil), or lower where up (floor)
     if not dtypes.is_float(self.dtype): return self
     t = self.trunc()
-    return (t > self).where(t - 1, t)
-  def ceil(self) -> Tensor:  # trunc, one higher where that rounded down
-    if not dtypes.is_float(self.dtype): return self
-    t = self.trunc()
-    return (t < self).where(t + 1, t)
+    return (t < self).where(t + 1, t) if up else (t > self).where(t - 1, t)
   def round(self) -> Tensor:  # half to even, as numpy and torch
     if not dtypes.is_float(self.dtype): return self
     f = self.floor()
@@ -2283,11 +2273,10 @@ class Tensor:
     if weight is not None: x = x * weight.reshape(shape)
     return x if bias is None else x + bias.reshape(shape)
   def _pool(self, kernel:tuple[int, ...], stride=1, dilation=1) -> Tensor:
-    """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, as a view. Along
-    a dim of size n, the input is repeated and read in rows of a length that is dilation more than a multiple of n, so
-    row j starts j*dilation further on; each row is cut to its out steps of stride. No data moves: a kernel reads the
-    input where each window lies. (n=5, kernel 3, stride 1, dilation 1: rows of 6 of 0 1 2 3 4 0 1 2 3 4 ..., so
-    0 1 2 3 4 0 | 1 2 3 4 0 1 | 2 3 4 0 1 2, each cut to 3: kernel place j at output i reads input i + j.)"""
+    """(..., *size) -> (..., *out, *kernel): what each kernel position meets at each output position, as a view (no
+    data moves). Along a dim of size n, the input is repeated and read in rows of a length dilation more than a multiple
+    of n, so row j starts j*dilation further on; each row is cut to its out steps of stride. (n=5, kernel 3, stride 1,
+    dilation 1: 0 1 2 3 4 0 | 1 2 3 4 0 1 | 2 3 4 0 1 2, each cut to 3: kernel place j at output i reads input i+j.)"""
     dims = len(kernel)
     stride, dilation = per_dim(stride, dims), per_dim(dilation, dims)
     lead, size = self.ndim - dims, self.shape[-dims:]
@@ -2296,9 +2285,7 @@ class Tensor:
     x = self
     for i, (n, k, step, dil, o) in reversed(list(enumerate(zip(size, kernel, stride, dilation, out)))):
       p = lead + i  # dim p, of size n, becomes (kernel, out)
-      # the input repeated, cut into rows of this length: dil more than a multiple of n, so row j starts j*dil into
-      # the input; long enough for the o windows (o*step), and at least n + dil
-      row = dil + n * max(1, cdiv(o * step - dil, n))
+      row = dil + n * max(1, cdiv(o * step - dil, n))  # long enough for the o windows (o*step), and at least n + dil
       x = x.unsqueeze(p).expand(*x.shape[:p], cdiv(k * row, n), n, *x.shape[p+1:]).flatten(p, p + 1)  # repeated
       x = x._along(p, 0, k * row).unflatten(p, (k, row))  # k rows: kernel place j reads from j*dil on
       x = x._along(p + 1, 0, o * step).unflatten(p + 1, (o, step))  # each row cut into o steps
@@ -2598,9 +2585,8 @@ class Tensor:
     return self
   def _graph_owner(self) -> Tensor|None:
     """This view's owner where the view reads the owner's graph (the owner has no buffer yet), else None. A write
-    through the view gives the owner a buffer first, and a realize of it computes the owner instead; _hold then makes
-    the view that view of the buffer, so that the write is the owner's, as torch's (t[1][2] = 5 into a t not yet
-    computed)."""
+    through the view gives the owner a buffer first, a realize computes the owner instead, and _hold makes the view a
+    view of that buffer: the write is the owner's, as torch's (t[1][2] = 5 into a t not yet computed)."""
     if (owner := self._owner()) is None or self.uop.op is not Ops.VIEW: return None
     if self.uop.src[0].op in (Ops.BUFFER, Ops.ASSIGN): return None
     # (made by moves from the owner's graph as it still is: not one written since, whose old value the view keeps)
@@ -2719,11 +2705,10 @@ class Tensor:
     from: a realize changes no gradient)."""
     key, buffers, nodes = structure([t.uop for t in group], device)
     # a write pending into a buffer this graph reads, by a tensor sharing it, runs first (unless this graph has it)
-    if pending := [b.pending for b in buffers if b.pending is not None]:
-      inside = set(nodes)
-      if writers := [t for t in pending if t.uop not in inside]:
-        Tensor.realize(*writers)
-        key, buffers, nodes = structure([t.uop for t in group], device)  # (a write it held is done now)
+    inside = set(nodes)
+    if writers := [b.pending for b in buffers if b.pending is not None and b.pending.uop not in inside]:
+      Tensor.realize(*writers)
+      key, buffers, nodes = structure([t.uop for t in group], device)  # (a write it held is done now)
     plan = planned(key, nodes)
     bufs = plan.run(buffers, device)
     def bound(view:UOp) -> UOp: return view.rebind(bufs[view.src[0].arg.index])  # a Slot's view: on this run's buffer
