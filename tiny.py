@@ -1111,9 +1111,8 @@ class Tensor:
                         f"{', '.join(d.name for d in dtypes.all)}); convert it first, e.g. numpy's .astype('float32')")
       shape, own = mv.shape or (), dtypes.by_fmt[fmt]
       if own.itemsize != mv.itemsize: raise TypeError(f"buffer format {mv.format!r} is {mv.itemsize} bytes per item")
-      raw = mv.tobytes()
       if dtype is not None and dtype != own: return Tensor(data, device=self.device).cast(dtype).uop
-      dtype = own
+      dtype, raw = own, mv.tobytes()
     uop = Tensor.empty(*shape, dtype=dtype, device=self.device).uop
     uop.src[0].arg.copyin(memoryview(raw))
     # (made in a TinyJit's capture: a replay checks it is the same, and fills the buffer it makes again)
@@ -1954,8 +1953,7 @@ class Tensor:
     x, dims, idxs = self._viewed(idx)
     return x._pick(dims, idxs) if dims else x
   def _viewed(self, idx) -> tuple[Tensor, list[int], list[Tensor]]:
-    """x[idx] in two parts: the view its ints, slices, None and ... take (int dims squeezed), and the int tensors that
-    pick along dims of that view."""
+    """x[idx] as the view its ints, slices, None and ... take (ints squeezed), and int tensors picking in it."""
     if isinstance(idx, list) and any(isinstance(i, (slice, Tensor)) or i is None or i is Ellipsis for i in idx):
       idx = tuple(idx)  # (a list of slices or tensors is a tuple of them, as numpy's old rule and torch's)
     idx = [Tensor(i, device=self.device) if isinstance(i, (list, tuple)) else
@@ -2124,8 +2122,7 @@ class Tensor:
     picked = self._expand(shape)[mask._expand(shape)]
     return picked if size is None else picked[:size].pad((0, max(0, size - picked.shape[0])), value=fill_value)
   def nonzero(self, size:int|None=None, fill_value=0) -> Tensor:
-    """The indices of the nonzero elements, a row each: how many there are depends on the data, so it is read back
-    (size: that many rows, cut or filled with fill_value)."""
+    """The indices of the nonzero elements, a row each, read back: their count is the data's (size: cut or filled)."""
     hits = [k for k, v in enumerate(self.flatten().tolist()) if v][:size]  # (each one's place in the flat order)
     strides = [prod(self.shape[d + 1:]) for d in range(self.ndim)]  # (row-major: a size-1 dim's too)
     rows = Tensor(hits, dtypes.int32, self.device).reshape(-1, 1) // Tensor(strides, dtypes.int32, self.device)
@@ -2540,8 +2537,7 @@ class Tensor:
                            f"no gradient there ({', '.join(sorted(stops))})")
     return [grads[node] if node in grads else t.zeros_like() for t, node in zip(targets, nodes)]
   def backward(self, gradient:Tensor|None=None) -> Tensor:
-    """Adds the gradients of this tensor (a scalar, or weighted by gradient) to .grad of each tensor that requires grad
-    and that it depends on."""
+    """Adds this tensor's gradients (a scalar's, or weighted by gradient) to .grad of the tensors requiring grad."""
     trainable = list(Tensor._trainable.values())
     grads, _ = gradients(self, self._start(gradient), [_grad_node(t.uop) for t in trainable])
     for t in trainable:
@@ -2753,7 +2749,9 @@ class Tensor:
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.reshape(()).tolist()
   def data(self) -> memoryview:  # (an empty one's flat: a memoryview can't have a 0 in its shape)
-    return memoryview(self._host()).cast(self.dtype.fmt, *[self.shape] if self.numel() else [])
+    if self.dtype == dtypes.bfloat16:
+      raise TypeError("a bfloat16 tensor has no buffer-protocol or numpy type: convert it first, e.g. .float()")
+    return memoryview(self.buffer().copyout()).cast(self.dtype.fmt, *[self.shape] if self.numel() else [])
   def __reduce__(self):  # pickled (pickle, copy.deepcopy) as its values
     return Tensor._unpickled, (self.tolist(), self.shape, self.dtype, self.device, self.requires_grad)
   @staticmethod
@@ -2763,11 +2761,7 @@ class Tensor:
   def numpy(self):  # (a bfloat16 tensor's as float32: numpy has no bfloat16, as tinygrad's)
     if self.dtype == dtypes.bfloat16: return self.float().numpy()
     import numpy as np
-    return np.frombuffer(self._host(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
-  def _host(self) -> bytes:  # its memory, for a view the buffer protocol reads
-    if self.dtype == dtypes.bfloat16:
-      raise TypeError("a bfloat16 tensor has no buffer-protocol or numpy type: convert it first, e.g. .float()")
-    return self.buffer().copyout()
+    return np.frombuffer(self.buffer().copyout(), dtype=np.dtype(self.dtype.fmt)).reshape(self.shape).copy()
 
 # 2 - t is t.__rsub__(2): 2 made a tensor, minus t; t -= 2 is t.__isub__(2): an assign, which writes t's buffer
 for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():  # (f bound now: a default)
