@@ -1898,7 +1898,7 @@ class Tensor:
     if mode in EDGE_PADS: return cropped(self._pad_edges(grow, mode))
     x = self._view(("pad", grow))
     if value != 0 or math.copysign(1, value) < 0:  # (a view pads with 0.0: -0.0 too is a value of its own)
-      x = Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).pad(grow).where(x, value)
+      x = self.ones_like(dtypes.bool).pad(grow).where(x, value)
     return cropped(x)
   def _pad_edges(self, grow, mode:str) -> Tensor:
     """One dim at a time: cat what goes before, the tensor, and what goes after, each a view of the tensor."""
@@ -2054,7 +2054,7 @@ class Tensor:
     same = v.uop.op is Ops.VIEW and v.uop.src[0] is self.uop and v.uop.arg.views == view.uop.arg.views
     if not dims and same and not v.uop.arg.detached: return  # (not a detached view: that cuts gradients)
     if dims: written, v = view._put(dims, idxs, v)
-    else: written, v = Tensor.ones(*view.shape, dtype=dtypes.bool, device=self.device), v.expand(view.shape)
+    else: written, v = view.ones_like(dtypes.bool), v.expand(view.shape)
     self.assign(_moved_back(written, view.uop).where(_moved_back(v, view.uop), self))
   def __delitem__(self, idx): raise TypeError("a tensor's elements can't be deleted")  # (not an AttributeError)
   def _masked(self, mask:Tensor, v:Tensor) -> Tensor:
@@ -2153,7 +2153,7 @@ class Tensor:
     out, at = None, 0
     for t in ts:  # each part where it goes, the rest kept (not added to a padded 0: -0.0 + 0.0 would lose its sign)
       after = total - at - t.shape[d]
-      inside = Tensor.ones(*t.shape, dtype=dtypes.bool, device=t.device)._pad_along(d, at, after)
+      inside = t.ones_like(dtypes.bool)._pad_along(d, at, after)
       part = t.cast(dtype)._pad_along(d, at, after)
       out = part if out is None else inside.where(part, out)
       at += t.shape[d]
@@ -2613,7 +2613,7 @@ class Tensor:
   def _write_through(self, base:Tensor, x:Tensor) -> Tensor:
     """A write into a view of part of a buffer writes the buffer there, as torch's (t[:3].assign(x), t[1][2] = 5): x,
     and a mask of where it goes, moved back through the view's moves (as a gradient is), then put where the mask is."""
-    mask = _moved_back(Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device), self.uop)
+    mask = _moved_back(self.ones_like(dtypes.bool), self.uop)
     value = mask.where(_moved_back(x, self.uop), base)
     # (not base.assign: the tensors holding the buffer, a node equal to the base's, share this write; where the base
     # is the tensor this view was taken from, the others are equal graphs, copied)
