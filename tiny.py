@@ -972,8 +972,7 @@ def _checked(d:DType, v):
   return x
 
 def _dtype_of_list(vals:list) -> DType:
-  """The promotion of the elements' own dtypes. Python bools, ints and floats are told apart by their types and the
-  ints' extremes, so that a list of millions costs no Python call per element."""
+  """The promotion of the elements' dtypes, told by their Python types and the ints' extremes (no call per element)."""
   kinds = set(map(type, vals))
   if not kinds <= {bool, int, float}: return dtypes.promote(*{dtypes.from_py(v) for v in vals})
   if float in kinds or not vals: return dtypes.default_float
