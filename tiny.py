@@ -3628,8 +3628,8 @@ def pack(r:UOp, device:str) -> UOp:
     tiles = UOp(Ops.CONTIGUOUS, b.dtype, (columns.moved(("reshape", (n // tile, tile, k)), ("permute", (0, 2, 1))),))
     # stored as (N/T, K, T), read back in b's own order: the matmul sees b as it was
     return tiles.moved(("permute", (0, 2, 1)), ("reshape", (1,) * (len(v.shape) - 2) + (n, k)), ("expand", v.shape))
-  srcs = tuple(packed(b) for b in r.src[0].src)
-  return r if srcs == r.src[0].src else r.replace(src=(r.src[0].replace(src=srcs),))
+  srcs = tuple(packed(b) for b in x.src)
+  return r if srcs == x.src else r.replace(src=(x.replace(src=srcs),))
 
 # What one element of an op costs, in about one instruction: transcendentals and divisions are costly, other ALU ops 1,
 # views and loads nothing. A rough weight for the scheduler, the same for every device: an exp2 is about 35 operations
@@ -3648,16 +3648,14 @@ class Fused(NamedTuple):  # what kernel_outputs knows of a node, with the source
 
 def kernel_outputs(sink:UOp) -> tuple[dict[UOp, str], dict[UOp, bool]]:
   """The nodes stored to memory, each with why: "output", "contiguous", "assign" (asked for), "assigned from its own
-  buffer moved" (an assign's value reads the buffer it writes through a view that moves); "reduce": a reduce that
-  would otherwise be recomputed (read by several, broadcast, or reduced again); "dear": work costing more to recompute
-  per copy than to store (read through a broadcast: exp(x) in x.exp() @ w, once per output column).
-  A row reduce (over the last axes) broadcast back over its own rows stays in its consumer: a softmax row's max, sum
-  and outputs are one kernel, the row read again from cache (see row_loops). Unless:
-  - a later reduce over other axes holds it (x.softmax(-1).sum(0)): the row would be computed again for each of that
-    reduce's outputs, so it is stored, and the walk runs again;
-  - several elementwise readers would each reduce its rows again, for more than a launch costs (a loss's max and sum,
-    read by the loss and its gradient, are reduced again: they cost less).
-  Also returned: for each node, whether its kernel holds a reduce."""
+  buffer moved" (an assign's value reads the buffer it writes through a moving view); "reduce": a reduce otherwise
+  recomputed (read by several, broadcast, or reduced again); "dear": costing more to recompute per copy than to store
+  (read through a broadcast: exp(x) in x.exp() @ w, once per output column). A row reduce (over the last axes)
+  broadcast back over its own rows stays in its consumer: a softmax row's max, sum and outputs are one kernel, the row
+  read again from cache (see row_loops). Unless a later reduce over other axes holds it (x.softmax(-1).sum(0), which
+  would compute the row again per output: stored, and the walk runs again), or several elementwise readers would each
+  reduce its rows again for more than a launch costs (a loss's max and sum, read by the loss and its gradient, cost
+  less). Also returned: for each node, whether its kernel holds a reduce."""
   order = sink.toposort
   place = {u: i for i, u in enumerate(order)}
   consumers: dict[UOp, list[UOp]] = defaultdict(list)
@@ -3800,8 +3798,7 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
     i = next((j for j in tries if fits(j)), None)
     if i is None: groups.append([r])
     else:
-      # joined, and moved to run right after group last_read: popping i (before it) shifts it left one, so inserting at
-      # last_read lands just past it
+      # joined, and moved to run right after group last_read (popping i, before it, shifts last_read left one)
       j = max(i, last_read)
       groups.insert(j, groups.pop(i))
       groups[j].append(r)
@@ -4024,8 +4021,7 @@ def count_divmod(u:UOp) -> int: return sum(1 for x in u.toposort if x.op in (Ops
 def merge_ranges(sink:UOp) -> UOp:
   """Merge adjacent global ranges where the merge adds no div/mod: a contiguous (256,4096) kernel is one axis."""
   rs = ranges(sink, AxisType.GLOBAL)
-  # innermost pair first. Once b has merged with the range inside it, merging (a, b) would add a division: the count
-  # below refuses it
+  # innermost pair first: once b merged with the range inside it, merging (a, b) adds a division the count refuses
   for a, b in reversed(list(zip(rs, rs[1:]))):
     merged = merge(sink, a, b)
     if count_divmod(merged) <= count_divmod(sink): sink = merged
@@ -4148,16 +4144,15 @@ def row_loops(sink:UOp) -> UOp:
   return substitute(sink, {r: r.replace(arg=Axis(r.arg.id, AxisType.COLUMN)) for r in cols})
 
 def reread(sink:UOp, target:Target) -> UOp:
-  """A row program computes a costly value twice: once in a reduce's loop, again for the row's outputs (a softmax
-  row's exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it
-  into the output, and the outputs read it back from there, in cache: a load for the 35 operations of an exp2 (see
-  approximations). With it, an output past the cache keeps the values in a row on the stack instead, and the loop
-  prefetches the next row (_reread: together 1.15x from memory, 1.4x from a warm cache). On CPUs only (a GPU computes
-  exp2 in one instruction, and its threads would read each other's columns); where rows are the outer ranges
-  (threads split the rows, each owning its rows' columns); for a reduce over the row's columns computed once a row
-  (its accumulator lives in every row loop, so the store has them all open); into an ungated store of a buffer the
-  kernel reads nothing else from. to_accumulators puts the store in the reduce's loop, after_stores the load after
-  it."""
+  """A row program computes a costly value twice: in a reduce's loop, and again for the row's outputs (a softmax row's
+  exp, summed, then divided by the sum). Where the output holds that value's dtype, the reduce's loop stores it there
+  and the outputs read it back from cache: a load for an exp2's 35 operations (see approximations). An output past
+  the cache keeps the row on the stack instead, and the loop prefetches the next row (_reread: together 1.15x from
+  memory, 1.4x from a warm cache). Only on CPUs (a GPU's exp2 is one instruction, and its threads would read each
+  other's columns); where rows are the outer ranges (threads split the rows, each owning its rows' columns); for a
+  reduce over the row's columns computed once a row (its accumulator lives in every row loop, so the store has them
+  all open); into an ungated store of a buffer the kernel reads nothing else from. to_accumulators puts the store in
+  the reduce's loop, after_stores the load after it."""
   reduces, free = [u for u in sink.toposort if u.op is Ops.REDUCE], free_ranges(sink)
   glob = ranges(sink, AxisType.GLOBAL)
   cols = [r for r in glob if not any(r in free[u] for u in reduces)]
@@ -4260,25 +4255,21 @@ def apply_opt(sink:UOp, opt:Opt) -> UOp:
   sink = substitute(sink, {u: u.replace(src=(u.src[0],) + tuple(r for s in u.src[1:] for r in ranges(s)))
                            for u in sink.toposort if u.op is Ops.REDUCE and expr in u.src})
   if n % opt.amount == 0: return simplify(sink)
-  # an upcast's last vector may run past n: buffers are allocated in whole vectors of the widest width, so an access
-  # at an aligned base + lane stays inside its allocation, and needs no gate (see lanes_and_tiles)
-  def needs_no_gate(u:UOp) -> bool: return opt.kind is AxisType.UPCAST and _aligned(u.addr, new, opt.amount)
-  return simplify(guard(sink, expr < n, {kept, new}, needs_no_gate))
+  # loads, stores and reduce inputs that use the split are gated. An upcast's last vector may run past n: buffers are
+  # allocated in whole vectors of the widest width, so an access at an aligned base + lane stays inside its
+  # allocation, and needs no gate (see lanes_and_tiles)
+  valid, split = expr < n, {kept, new}
+  def guarded(_, u:UOp) -> UOp:
+    if u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM and any(r in split for r in u.addr.toposort):
+      return u if opt.kind is AxisType.UPCAST and _aligned(u.addr, new, opt.amount) else u.gated(valid)
+    if u.op is Ops.REDUCE and any(r in split for r in u.src[1:]):
+      return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
+    return u
+  return simplify(rebuild(sink, guarded))
 
 def _aligned(addr:UOp, lane:UOp, width:int) -> bool:  # addr is lane + terms without it, each a multiple of width
   terms = addr.terms()
   return lane in terms and all(t.const_factor() % width == 0 and lane not in t.toposort for t in terms if t is not lane)
-
-def guard(sink:UOp, valid:UOp, rs:set[UOp], needs_no_gate:Callable[[UOp], bool]) -> UOp:
-  """Guard every load, store and reduce input that uses the ranges rs with valid (except what needs_no_gate says is
-  safe)."""
-  def guarded(_, u:UOp) -> UOp:
-    memory = u.op in (Ops.LOAD, Ops.STORE) and u.buf.op is Ops.PARAM
-    if memory and any(r in rs for r in u.addr.toposort) and not needs_no_gate(u): return u.gated(valid)
-    if u.op is Ops.REDUCE and any(r in rs for r in u.src[1:]):
-      return u.replace(src=(valid.where(u.src[0], identity(u.arg, u.dtype)),) + u.src[1:])
-    return u
-  return rebuild(sink, guarded)
 
 def heuristic(sink:UOp, target:Target) -> list[Opt]:
   """Hand-coded opts, in tinygrad's spirit; the threads of a block (GPU) or the cores (CPU) come after (launch_opts)."""
@@ -4419,10 +4410,9 @@ def lanes_and_tiles(sink:UOp, target:Target) -> list[Opt]:
     # the widest vector that fills the last
     amount = w if len(glob) == 1 and glob[-1].size >= w else _filled(glob[-1].size, target)
     if amount: opts.append(Opt(AxisType.UPCAST, glob[-1], amount))
-  # on the CPU a matmul's tile takes whole vectors of the contiguous axis, four where they divide it, else two, else
-  # one, and another axis the rows that make ACCUMULATORS vector accumulators (4, 8 or 16 rows): 256 x
-  # 784 (a weight's gradient) 5x faster than four lanes a row. Only where b's columns are side by side: a b read
-  # transposed, and too small to pack, has them a row apart
+  # on the CPU a matmul's tile takes whole vectors of the contiguous axis (four where they divide it, else two, else
+  # one), and the rows that make ACCUMULATORS vector accumulators: 256 x 784 (a weight's gradient) 5x faster than four
+  # lanes a row. Only where b's columns are side by side (a b read transposed, too small to pack, has them a row apart)
   vectors = 0
   if red and glob and not target.gpu and _unit_stride(sink, glob[-1]) and _side_by_side(sink, glob[-1]):
     vectors = next((k for k in (4, 2, 1) if glob[-1].size % (k * w) == 0), 0)
@@ -4510,16 +4500,14 @@ def thread_opts(sink:UOp, target:Target) -> list[Opt]:
   handoff to the pool costs a few microseconds, about what 250,000 cached floats take to add up, or 10,000 exps."""
   glob, reduces = ranges(sink, AxisType.GLOBAL), [u for u in sink.toposort if u.op is Ops.REDUCE]
   reduced, free = {r for u in reduces for r in u.src[1:]}, free_ranges(sink)
-  # the outputs, and each reduce's loop once for each value of the loops around it (a row's max: once a row), times
-  # the float operations in the kernel (counted after approximations: a CPU's exp2 is some 35 of them by now): a rough
-  # weight, the same for every loop of it
+  # the outputs, and each reduce's loop once per value of the loops around it (a row's max: once a row), times the
+  # kernel's float operations (after approximations: a CPU's exp2 is some 35), a rough weight for every loop of it
   work = prod(r.size for r in ranges(sink) if r not in reduced) + \
     sum(prod(r.size for r in free[u]) * prod(r.size for r in u.src[1:]) for u in reduces)
   ops = sum(1 for u in sink.toposort if u.op in GroupOp.ALU and dtypes.is_float(u.dtype))
   if work * max(ops, 1) < 2**18 * target.cores: return []
-  # the outermost loop that every reduce moves along, so no thread computes a reduce another does too (a row's
-  # columns never: each thread would compute the row's reduces), else the outermost; in whole chunks: a tail would
-  # gate every load of the loop
+  # the outermost loop that every reduce moves along, so no two threads compute one reduce (never a row's columns),
+  # else the outermost; in whole chunks: a tail would gate every load of the loop
   candidates = [r for r in glob if all(r in free[u] for u in reduces)] or glob[:1]
   for r in candidates:
     if chunks := next((t for t in range(min(target.cores, r.size), 1, -1) if r.size % t == 0), None):
