@@ -3387,9 +3387,14 @@ class ScheduleItem:
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (on one device), in the order they run: their structure's plan, bound to
-  this graph's buffers (realize() runs the plan itself)."""
-  key, buffers, nodes = structure([t.uop for t in tensors], tensors[0].device)
-  return bind(planned(key, nodes), buffers, nodes, tensors[0].device)
+  this graph's buffers and new ones (allocated when used). realize() runs the plan itself."""
+  device = tensors[0].device
+  key, buffers, nodes = structure([t.uop for t in tensors], device)
+  plan = planned(key, nodes)
+  bufs = buffers + [Buffer(device, size, dtype) for size, dtype in plan.new_slots]
+  return [ScheduleItem(item.ast, [bufs[b.arg.index] for b in item.bufs],
+                       {nodes[r]: v.rebind(bufs[v.src[0].arg.index]) for r, v in item.outs.items()}, item.why)
+          for item in plan.items]
 
 class Slot(NamedTuple):  # a BUFFER's arg in a planned graph: where the buffer it stands for is bound
   index: int
@@ -3500,13 +3505,6 @@ def over_slots(key:Structure, nodes:list[UOp]) -> list[UOp]:  # a node for each 
     elif u.op is Ops.POW: graph.append(graph[r.srcs[-1]])  # its value: kernels compute that
     else: graph.append(UOp(u.op, u.dtype, tuple(graph[i] for i in r.srcs), u.arg.bare if u.op is Ops.VIEW else u.arg))
   return graph
-
-def bind(plan:Plan, buffers:list[Buffer], nodes:list[UOp], device:str) -> list[ScheduleItem]:
-  """A plan's kernels on this graph's buffers, with a new buffer for each slot the plan makes (allocated when used)."""
-  bufs = buffers + [Buffer(device, size, dtype) for size, dtype in plan.new_slots]
-  return [ScheduleItem(item.ast, [bufs[b.arg.index] for b in item.bufs],
-                       {nodes[r]: v.rebind(bufs[v.src[0].arg.index]) for r, v in item.outs.items()}, item.why)
-          for item in plan.items]
 
 # A computed node, once realized, keeps a weak reference to the buffer view holding its value: the result lives as long
 # as a tensor (or graph) holds that view, and the note as long as the node, until a buffer it reads or the one holding
