@@ -3931,7 +3931,7 @@ def rangeify(ast:UOp) -> UOp:
   return UOp(Ops.SINK, None, tuple(UOp(Ops.STORE, None, (buf, addr, value_at(value, idxs, memo)))
                                    for buf, value in stores))
 
-def value_at(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp:
+def value_at(u:UOp, idxs:tuple[UOp, ...], memo:dict) -> UOp:
   """The value of tensor node u at index idxs, as index-level UOps. Loads under a pad's mask carry it as their gate:
   outside the mask the address may point outside the buffer, and a gated load never reads it. Iterative, with the
   sources of each (node, index, gate) computed first: a long elementwise chain would overflow Python's recursion."""
@@ -3939,9 +3939,9 @@ def value_at(u:UOp, idxs:tuple[UOp, ...], memo:dict, valid:UOp|None=None) -> UOp
   def sources(key:tuple) -> list[tuple]:  # (the last first, as the walk always took them: ranges number in that order)
     found[key] = _sources_at(*key)
     return found[key][::-1]
-  for key in postorder([(u, idxs, valid)], sources, known=memo.__contains__):
+  for key in postorder([(u, idxs, None)], sources, known=memo.__contains__):  # (no gate at the outputs)
     memo[key] = _value(*key, found[key], [memo[k] for k in found[key]])
-  return memo[(u, idxs, valid)]
+  return memo[(u, idxs, None)]
 
 def _indexed(u:UOp, idxs, valid) -> tuple[UOp, UOp|None, UOp|None]:  # address, the view's own mask, both gates
   addr, inner = u.arg.index(idxs)
