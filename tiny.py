@@ -4849,10 +4849,8 @@ def add_loops(sink:UOp) -> UOp:
   return sink.replace(src=body)
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Lowering, step 6: stores past the cache, on CPUs that have them.
-
-# An output this big is written past the cache: a kernel that writes it whole is done with it, and one that reads it
-# next would find little of it in a cache anyway.
+# Lowering, step 6: stores past the cache, on CPUs that have them, into an output of STREAM_BYTES or more: a kernel
+# that writes it whole is done with it, and one that reads it next would find little of it in a cache anyway.
 STREAM_BYTES = 2**24
 def past_cache(buf:UOp, target:Target) -> bool:  # an output this big, on a CPU that has stores past the cache
   return bool(target.streams) and buf.arg.size * buf.dtype.itemsize >= STREAM_BYTES
