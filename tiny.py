@@ -3378,12 +3378,20 @@ nn = _namespace(Linear, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, LayerN
 # fuses into its readers. Each kernel's AST is a SINK of STOREs over PARAMs.
 
 @dataclass
+class Kernel:
+  """One kernel of a plan, over slots."""
+  ast: UOp          # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
+  bufs: list[UOp]   # outputs first, then inputs, in PARAM order: Slot BUFFERs
+  outs: dict        # the entry of each node it computes -> the view of the slot that holds it
+  why: str          # why its outputs are stored (kernel_outputs' words), for DEBUG=2
+
+@dataclass
 class ScheduleItem:
-  """One kernel: of a plan, over slots; or bound to one graph's buffers (to show it, or to run with run_schedule)."""
-  ast: UOp                 # SINK of STOREs over PARAMs: equal for graphs of equal structure, so lowering is cached
-  bufs: list[UOp|Buffer]   # outputs first, then inputs, in PARAM order: Slot BUFFERs in a plan, bound Buffers
-  outs: dict               # each entry it computes (bound: each node) -> the view that holds it once this has run
-  why: str                 # why its outputs are stored (kernel_outputs' words), for DEBUG=2
+  """A plan's kernel bound to one graph's buffers: to show it, or to run it with run_schedule."""
+  ast: UOp
+  bufs: list[Buffer]  # outputs first, then inputs, in PARAM order
+  outs: dict          # computed node -> the view of the buffer that holds it once this has run
+  why: str
 
 def schedule(tensors:list[Tensor]) -> list[ScheduleItem]:
   """The kernels that realize these tensors (on one device), in the order they run: their structure's plan, bound to
@@ -3447,7 +3455,7 @@ class Plan:
   """The kernels of every graph of one structure (its ops, shapes, dtypes, constants, and which of its buffers are the
   same), over slots: the graph's own buffers, then one for each node a run stores. A constant is part of the
   structure: a new value is a new kernel, compiled once."""
-  items: list[ScheduleItem]           # the kernels, in the order they run
+  items: list[Kernel]                 # the kernels, in the order they run
   new_slots: list[tuple[int, DType]]  # each slot a run makes, after the graph's own: its size and dtype
   root_views: list[UOp|None]          # the view of the slot that holds each root; None: read from memory already
   writes: dict[int, UOp]              # each assign's entry -> the view it writes: realize() notes it done, as the roots
@@ -3471,12 +3479,14 @@ def planned(key:Structure, nodes:list[UOp]) -> Plan:
   return found
 
 def plan(key:Structure, nodes:list[UOp]) -> Plan:
-  """The kernels for every graph of this structure (these nodes have it), in steps: the graph over slots, its big
-  reduces split and its matmuls' b packed, the nodes stored and what each kernel reads, a slot for each stored node,
-  the kernels (each naming what it stores by entry)."""
+  """The kernels for every graph of this structure (these nodes have it), in steps: the graph over slots (the graph's
+  own buffers), its big reduces split and its matmuls' b packed, the nodes stored and what each kernel reads, a slot
+  for each stored node after the graph's own, the kernels. What each kernel stores is named by its entry."""
   slotted = over_slots(key, nodes)  # a node for each entry
   sink = UOp(Ops.SINK, None, tuple(slotted[i] for i in key.roots))
-  became: dict[UOp, UOp] = {}  # each node -> itself split and packed (entries index the nodes before)
+  # each node of the graph -> the node it is after its reduces are split and packed (kept: entries index the nodes
+  # before, and kernels name what they store by entry)
+  became: dict[UOp, UOp] = {}
   def split_and_pack(u:UOp, new:UOp) -> UOp:
     became[u] = pack(split_reduce(new, key.device), key.device) if u.op is Ops.REDUCE_AXIS else new
     return became[u]
@@ -3491,7 +3501,8 @@ def plan(key:Structure, nodes:list[UOp]) -> Plan:
   entry_of = {became[u]: i for i, u in enumerate(slotted)}  # (split and packed) node -> its entry
   items = [_kernel(g, views, reasons, entry_of) for g in group_outputs(inputs_of, has_reduce)]
   stored_at = {r: view for item in items for r, view in item.outs.items()}  # entry -> the slot view that holds it
-  # (a root finds its view by its node: two entries can be one node over slots, a.T and a.T.detach())
+  # (two entries can be one node over slots: views of one buffer built by other moves, a.T and a.T.detach(); a root
+  # finds its view by its node)
   node_at = {became[slotted[r]]: view for r, view in stored_at.items()}
   return Plan(items, new_slots=[(prod(u.shape), u.dtype) for u in new_outputs],
               root_views=[node_at.get(became[slotted[r]]) for r in key.roots],
@@ -3802,7 +3813,7 @@ def group_outputs(reads:dict[UOp, dict[UOp, bool]], has_reduce:dict[UOp, bool]) 
       groups[j].append(r)
   return groups
 
-def _kernel(outs:list[UOp], views:dict[UOp, UOp], reasons:dict[UOp, str], entry_of:dict[UOp, int]) -> ScheduleItem:
+def _kernel(outs:list[UOp], views:dict[UOp, UOp], reasons:dict[UOp, str], entry_of:dict[UOp, int]) -> Kernel:
   """The kernel AST for outputs that share an iteration space: inputs and other kernels' outputs become PARAMs, where
   the walk stops (what made them is another kernel). What it stores is named by its entry (none for a node the plan
   made: a split's partial results, a packed b)."""
@@ -3827,8 +3838,8 @@ def _kernel(outs:list[UOp], views:dict[UOp, UOp], reasons:dict[UOp, str], entry_
     return memo[root]
   params = [param(views[o].src[0]) for o in outs]  # outputs first
   stores = tuple(UOp(Ops.STORE, None, (p, ast(o))) for p, o in zip(params, outs))
-  return ScheduleItem(UOp(Ops.SINK, None, stores), bufs, {entry_of[o]: views[o] for o in outs if o in entry_of},
-                      ",".join(dict.fromkeys(reasons[o] for o in outs)))
+  return Kernel(UOp(Ops.SINK, None, stores), bufs, {entry_of[o]: views[o] for o in outs if o in entry_of},
+                ",".join(dict.fromkeys(reasons[o] for o in outs)))
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Lowering: a kernel's AST becomes a program, in the steps ranged() and finish() list: ranges, opts that split them,
@@ -4624,6 +4635,12 @@ def _combine(op:Ops, xs:list[UOp]) -> UOp:  # as a tree, log2(n) ops deep: a cor
     xs = [a.alu(op, b) for a, b in zip(xs[::2], xs[1::2])] + odd
   return xs[0]
 
+class Candidate(NamedTuple):  # a range for vector lanes, a width, and the float accesses along it from an aligned base
+  looped: int  # those in a reduce's loop
+  total: int
+  range: UOp
+  width: int
+
 def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   """The upcast and unrolled ranges that become vector lanes, each with the widest width up to the device's that its
   size is a multiple of: first the one the most float loads and stores run along from an aligned base (those in a
@@ -4633,17 +4650,17 @@ def vector_ranges(sink:UOp, target:Target) -> list[tuple[UOp, int]]:
   def loops(r:UOp) -> bool: return any(x.kind is not AxisType.UNROLL and x.size > 1 for x in r.src[1:])
   looped = {u for r in sink.toposort if r.op is Ops.REDUCE and loops(r) for u in r.src[0].toposort}
   access = [u for u in sink.toposort if u.op in (Ops.LOAD, Ops.STORE)]
-  def accesses(r:UOp, w:int) -> tuple[int, int]:  # the float accesses along r from an aligned base: in a loop, in all
+  def candidate(r:UOp, w:int) -> Candidate:
     vectors = [u for u in access if _contiguous(u, r, w)]
-    return sum(u in looped for u in vectors), len(vectors)
+    return Candidate(sum(u in looped for u in vectors), len(vectors), r, w)
   filled = [(r, _filled(r.size, target)) for r in ranges(sink, AxisType.UPCAST) + ranges(sink, AxisType.UNROLL)]
-  found = {(r, w): accesses(r, w) for r, w in filled if w}
+  found = [candidate(r, w) for r, w in filled if w]
   varying = [f for u, f in free_ranges(sink).items() if u is not sink]  # the ranges each value varies with
   chosen = []
   # the most accesses first (stable: the first of equals, an upcast)
-  for (r, w), (_, total) in sorted(found.items(), key=lambda c: c[1], reverse=True):
-    apart = not any(r in f and c in f for f in varying for c, _ in chosen)  # no value varies with it and a chosen one
-    if total and apart: chosen.append((r, w))
+  for c in sorted(found, key=lambda c: (c.looped, c.total), reverse=True):
+    apart = not any(c.range in f and r in f for f in varying for r, _ in chosen)  # no value varies with it and a chosen
+    if c.total and apart: chosen.append((c.range, c.width))
   return chosen
 
 def _contiguous(u:UOp, lane:UOp, w:int) -> bool:  # a float access at an aligned base + lane, one gate for all lanes
@@ -4702,7 +4719,8 @@ def to_gpu(sink:UOp) -> UOp:
   before store_once asks which thread ids a stored value uses."""
   sink = fit_grid(sink)
   ids = thread_ids(sink)  # before share_reductions, whose shared memory ties every thread of a group to its result
-  return store_once(simplify(substitute(share_reductions(sink), ids)))
+  for step in (share_reductions, lambda s: substitute(s, ids), simplify, store_once): sink = step(sink)
+  return sink
 
 def fit_grid(sink:UOp) -> UOp:  # a grid has 3 dims, y and z of at most 65535 blocks: merge the outer ones until it fits
   glob = ranges(sink, AxisType.GLOBAL)
@@ -5733,7 +5751,7 @@ def launch(kernels:Iterable[tuple[Callable, Launch]], bufs:list[Buffer], wait:bo
     total += tm or 0.0
   return total
 
-def prepare(items:list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
+def prepare(items:list[Kernel]|list[ScheduleItem], device:str, slot:Callable[[Any], int]) -> list[Launch]:
   """Each kernel with something to compute lowered and loaded (a GPU can't launch 0 blocks), its buffers by slot (slot:
   where each of an item's bufs is among the launch's: a plan's Slot BUFFER -> its index, a Buffer -> its place). Each
   new one compiles in the background while the next is lowered: a compile is a subprocess, so they run side by side."""
