@@ -4958,9 +4958,8 @@ def linearize(sink:UOp) -> list[UOp]:
 # get a named variable.
 
 class Names(dict):
-  """One render call's state: a dict of the text of each value so far (ctx[u], in the rules), which also reads as its
-  dialect (ctx.types, ctx.code_for_op, ...: attributes pass through to the Renderer), so a rule takes one ctx for
-  both. A renderer is shared by every thread, so what one call writes lives here."""
+  """One render call's text of each value so far (ctx[u] in the rules), whose attributes are its dialect's (ctx.types,
+  ...), so a rule takes one ctx. A renderer is shared by threads: what a call writes lives here."""
   def __init__(self, dialect:Renderer): self.dialect = dialect
   def __getattr__(self, name:str): return getattr(self.dialect, name)
 
@@ -5156,10 +5155,10 @@ def _select(ctx:Names, mask:str, a:str, b:str, dtype:DType) -> str:
   if dtype.scalar != dtypes.float: return f"(({a}&{mask})|({b}&~{mask}))"
   bits = f"({ctx.types[dtypes.int.vec(dtype.count)]})"
   return f"(({ctx.types[dtype]})(({bits}({a})&{mask})|({bits}({b})&~{mask})))"
-def _vector_max(ctx:Names, a:UOp, b:UOp, dtype:DType) -> str:  # nan wins, as in python_alu
+def _vector_max(ctx:Names, u:UOp, a:UOp, b:UOp) -> str:  # nan wins, as in python_alu
   x, y = ctx[a], ctx[b]
-  if dtype.scalar == dtypes.bool: return f"({x}|{y})"  # masks: true (-1) is the smaller int
-  return _select(ctx, f"(({x}<{y})|({y}!={y}))" if dtype.scalar == dtypes.float else f"({x}<{y})", y, x, dtype)
+  if u.dtype.scalar == dtypes.bool: return f"({x}|{y})"  # masks: true (-1) is the smaller int
+  return _select(ctx, f"(({x}<{y})|({y}!={y}))" if u.dtype.scalar == dtypes.float else f"({x}<{y})", y, x, u.dtype)
 def _vector_cast(ctx:Names, u:UOp) -> str:
   x, to = ctx[u.src[0]], ctx.types[u.dtype]
   if u.dtype.scalar == dtypes.bool: return f"({x}!=0)"
@@ -5173,8 +5172,7 @@ int_vectors = tuple(dtypes.int.vec(n) for n in widths)
 bool_vectors = tuple(dtypes.bool.vec(n) for n in widths)
 vector_rules = [
   (UPat(Ops.WHERE, dtype=vector_types, name="u"), lambda ctx, u: _select(ctx, *[ctx[s] for s in u.src], u.dtype)),
-  (UPat(Ops.MAX, dtype=vector_types, src=(UPat.var("a"), UPat.var("b")), name="u"),
-    lambda ctx, u, a, b: _vector_max(ctx, a, b, u.dtype)),
+  (UPat(Ops.MAX, dtype=vector_types, src=(UPat.var("a"), UPat.var("b")), name="u"), _vector_max),
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL), dtype=int_vectors, name="u"), _unsigned),
   (UPat(Ops.SHR, dtype=int_vectors, name="u"), lambda ctx, u: f"({ctx[u.src[0]]}>>{ctx[u.src[1]]})"),
   (UPat(Ops.CAST, dtype=vector_types, name="u"), _vector_cast),
@@ -5327,9 +5325,8 @@ METAL = Renderer(
 class CompileError(RuntimeError): pass  # every device's: a runtime's own CompileError is raised again as this one
 
 def runtime(module:str):
-  """A GPU runtime: tiny's own file beside it. In tiny's package, it is imported from there; when tiny is top-level,
-  from tiny's folder by its path, not from wherever sys.path finds a module of its name first (under another name if
-  that one is taken). It imports nothing from tiny."""
+  """A GPU runtime: the file beside tiny.py (from tiny's package, if it is in one), never a module of its name that
+  sys.path finds first (it is loaded under another name if that one is taken). It imports nothing from tiny."""
   if __package__: return importlib.import_module(f"{__package__}.{module}")
   path = os.path.join(os.path.dirname(os.path.realpath(__file__)), f"{module}.py")
   if (found := sys.modules.get(module)) is not None and os.path.realpath(getattr(found, "__file__", "")) == path:
@@ -5426,7 +5423,7 @@ class Emulator:
   thread is a generator that pauses at a barrier; a block's threads run in turn between barriers, so a kernel that
   reads shared memory without a barrier reads poison (NaN), as a GPU would read garbage. Slow, exact, and the
   reference for GPU lowering on machines with no GPU."""
-  local_max, compiler_id = 1024, "python"
+  local_max = 1024
   def alloc(self, nbytes:int) -> bytearray: return bytearray(nbytes)
   # memory in this process, as the CPU's: the same copies in and out, and nothing runs behind the caller to wait for
   free, copyin, copyout, synchronize = CPURuntime.free, CPURuntime.copyin, CPURuntime.copyout, CPURuntime.synchronize
@@ -5447,7 +5444,7 @@ class Emulator:
           for t, reply in replies.items():
             with contextlib.suppress(StopIteration): paused[t] = t.send(reply)
           replies = dict.fromkeys(paused)
-          if core is not None and any(paused.values()):  # a WMMA: each warp's lanes get their part of its product
+          if any(paused.values()):  # a WMMA: each warp's lanes get their part of its product
             waiting = list(paused)
             for warp in (waiting[i:i + 32] for i in range(0, len(waiting), 32)):
               replies |= dict(zip(warp, warp_product(core, [paused[t] for t in warp])))
@@ -5463,9 +5460,8 @@ class Thread:
   gid: tuple
   lid: tuple
   def access(self, u:UOp, vals:dict, lanes:int) -> tuple[bytearray, slice, DType]:
-    """The memory a load or store touches, the bytes of its lanes inside the buffer's size (lanes in the allocation's
-    padding past it hold no data), and its dtype. An address past the allocation (a buffer's whole vectors, shared
-    memory's declared length) raises: lowering made a bad access."""
+    """The memory a load or store touches, the bytes of its lanes inside the buffer's size, and its dtype. An address
+    past the allocation (a buffer's whole vectors, shared memory's declared size) raises: a bad access in lowering."""
     buf, addr = u.memory, vals[u.addr]
     size, shared = buf.arg.size, buf.op is Ops.DEFINE_LOCAL
     if not 0 <= addr <= (size if shared else whole_vectors(size)) - lanes:
