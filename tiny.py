@@ -6141,10 +6141,10 @@ def cache_dir() -> str:
 # under another key is made again, never used, and so is one that can't be read.
 def cache_read(key:bytes, suffix:str, again:str) -> bytes|None:
   path = os.path.join(cache_dir(), hashlib.sha256(key).hexdigest() + suffix)
-  if getenv("NOCACHE") or not os.path.exists(path): return None
+  if getenv("NOCACHE"): return None
   try:
     with open(path, "rb") as f: entry = f.read()
-  except OSError: return None  # a folder in its place, no permission: a miss
+  except OSError: return None  # no file, a folder in its place, no permission: a miss
   if entry[:32] == hashlib.sha256(key + entry[32:]).digest(): return entry[32:]
   if getenv("DEBUG") >= 1: print(f"the cached kernel {path} is damaged: {again}")
   return None
