@@ -91,9 +91,8 @@ class DType:
   def bitsize(self) -> int: return 8 * self.itemsize
   def __repr__(self): return f"dtypes.{self.name}"
 
-# an unknown dtype name: an AttributeError, as tinygrad's (it looks the name up on dtypes), and a TypeError, as Python's
-# for a value of the wrong type
-class UnknownDType(TypeError, AttributeError): pass
+class UnknownDType(TypeError, AttributeError):
+  """An unknown dtype name: tinygrad's error (it looks the name up on dtypes), and Python's for a value's wrong type."""
 
 class DTypeError(TypeError, RuntimeError):
   """A dtype an op doesn't take: Python's error type, and tinygrad's."""
@@ -185,10 +184,8 @@ def truncate(d:DType, x):
   """A Python number as the machine would hold it in dtype d (ints wrap, floats round to their width)."""
   if d == dtypes.bool: return bool(x)
   if dtypes.is_int(d):
-    bits = 8 * d.itemsize
-    x = int(x) & ((1 << bits) - 1)
-    if not dtypes.is_unsigned(d) and x >= 1 << (bits - 1): x -= 1 << bits  # the top bit set: negative
-    return x
+    lo, hi = dtypes.limits(d)
+    return (int(x) - lo) % (hi - lo + 1) + lo  # wrapped into [lo, hi], as two's complement wraps
   return decoded(d, encoded(d, [x]))[0]
 
 def encoded(d:DType, vals:Sequence) -> bytes:
@@ -2806,17 +2803,17 @@ derivatives: dict[Ops, Callable] = {
                                       g * ((b == 0) & (e >= 0)).where(0, y * b.log()),  # d/de = b^e ln b, as torch's
                                       None),
   Ops.REDUCE_AXIS: lambda g, y, x: (_reduced(g, y, x),),
-  Ops.VIEW: lambda g, y, x: (_unmoved(g, x, y.uop.arg.move),),  # x: the view before its move
+  Ops.VIEW: lambda g, y, x: (_unmoved(g, x.shape, y.uop.arg.move),),  # x: the view before its move
 }
 
-def _unmoved(g:Tensor, x:Tensor, move:Move) -> Tensor: return unmoves[move.name](g, x, move.arg)
+def _unmoved(g:Tensor, shape:tuple[int, ...], move:Move) -> Tensor: return unmoves[move.name](g, shape, move.arg)
 def _moved_back(t:Tensor, view:UOp) -> Tensor:
   """t, of view's shape, moved back through the view's moves to where they began, as a gradient is (zeros where the
-  view reads nothing). Each view it passes dies at once: alive, it would be a reader for a write to realize."""
+  view reads nothing)."""
   st = view.arg
   while True:
     if st.before is not None:
-      t = _unmoved(t, Tensor._of(UOp(Ops.VIEW, view.dtype, view.src, st.before), t.device), st.move)
+      t = _unmoved(t, st.before.shape, st.move)
       st = st.before
     elif st.move is not None and st.move.arg is not None: st = st.move.arg  # (a detach of a buffer's view: see path)
     else: return t
@@ -2835,14 +2832,14 @@ def _reduced(g:Tensor, y:Tensor, x:Tensor) -> Tensor:
   hit = x._at_max(x._reduce_axis(Ops.MAX, axes).expand(x.shape)).cast(g.dtype)
   return hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape)
 
-# a move's inverse: (g, the tensor moved, the move's arg) -> g as a gradient of the tensor moved
+# a move's inverse: (g, the shape before the move, the move's arg) -> g as a gradient of that shape
 unmoves: dict[str, Callable] = {
-  "reshape": lambda g, x, shape: g.reshape(x.shape),
-  "permute": lambda g, x, order: g.permute(argsort(order)),
-  "expand": lambda g, x, shape: g.sum(tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if a != b), keepdim=True),
-  "pad": lambda g, x, grow: g.shrink(tuple((b, b + s) for (b, _), s in zip(grow, x.shape))),
-  "shrink": lambda g, x, arg: g.pad(tuple((b, s - e) for (b, e), s in zip(arg, x.shape))),
-  "flip": lambda g, x, axes: g.flip(axes),
+  "reshape": lambda g, old, shape: g.reshape(old),
+  "permute": lambda g, old, order: g.permute(argsort(order)),
+  "expand": lambda g, old, shape: g.sum(tuple(i for i, (a, b) in enumerate(zip(old, shape)) if a != b), keepdim=True),
+  "pad": lambda g, old, grow: g.shrink(tuple((b, b + s) for (b, _), s in zip(grow, old))),
+  "shrink": lambda g, old, arg: g.pad(tuple((b, s - e) for (b, e), s in zip(arg, old))),
+  "flip": lambda g, old, axes: g.flip(axes),
 }
 
 class Origin(NamedTuple):  # what a realized result was computed from
