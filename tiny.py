@@ -133,8 +133,7 @@ class dtypes:
   @staticmethod
   def from_py(v) -> DType:
     """A number's own dtype (tinygrad's name): bool, dtypes.default_int (int64 past its range, uint64 past int64's, as
-    numpy), dtypes.default_float. numpy scalars, known by their dtype (tiny doesn't import numpy), follow the same
-    rule, but a float16 stays float16. (bool, int: Python's, as in python() below.)"""
+    numpy), dtypes.default_float; a numpy scalar's alike (by its dtype: tiny doesn't import numpy), float16 kept."""
     np_dtype = str(getattr(v, "dtype", ""))
     if isinstance(v, bool) or np_dtype == "bool": return dtypes.bool
     if isinstance(v, numbers.Integral):
@@ -376,10 +375,9 @@ class NodeRef(weakref.ref):  # a weak reference to a node that knows its key in 
 
 class UOp(MathMixin, metaclass=UOpMeta):
   """(op, dtype, src, arg). Building the same node twice returns the same object, so identity is equality. Besides its
-  four fields and what it caches (shape, buffers, ...: cached_property, lock-free after import, see cached at the end),
-  a tensor-level node holds two notes that never change what it computes: `realized`, the view of the buffer it was last
-  computed into (see remember), and on a BUFFER, `computed_from`, the graph each realized view of it was computed from,
-  for gradients (see computed_from)."""
+  fields and cached values (cached_property: see cached at the end), a tensor-level node may hold notes that never
+  change what it computes: `realized`, the buffer view it was last computed into (see remember); on a BUFFER,
+  `computed_from`, for gradients (see origin); on an ASSIGN, `value_seen` (see _value_seen)."""
   op: Ops
   dtype: DType|None
   src: tuple[UOp, ...]
@@ -410,11 +408,9 @@ class UOp(MathMixin, metaclass=UOpMeta):
     for fn, arg in moves: st = st.apply(fn, arg)
     return UOp(Ops.VIEW, self.dtype, (base,), st)
   def detached(self) -> UOp:
-    """The same values, as a view the gradient walk stops at: the walk steps back along a view's moves (see Views),
-    and this one's tracker records the move "detach" with none before it. A view of a buffer stays one view of it
-    (the move's arg: the tracker it detached, where a write through it finds the buffer's whole, see path); any
-    other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
-    # (a move no View method makes: composites do not replay it)
+    """The same values, as a view the gradient walk stops at: its tracker begins with the move "detach" (no View
+    method: composites do not replay it). A buffer's view stays one (the move's arg: the tracker detached, see path);
+    any other node is viewed whole, so that if it is realized first, this reads it, not its sources."""
     if self.op is Ops.VIEW and self.src[0].op in (Ops.BUFFER, Ops.ASSIGN):
       return UOp(Ops.VIEW, self.dtype, self.src, ShapeTracker(self.arg.views, Move("detach", self.arg)))
     return UOp(Ops.VIEW, self.dtype, (self,), ShapeTracker((View.contiguous(self.shape),), Move("detach", None)))
@@ -436,12 +432,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.VIEW: return self.arg.shape
     if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg.axes else s for i, s in enumerate(self.src[0].shape))
     return self.src[-1].shape  # (any other op: its sources share one shape; POW's value is its last)
+  def _up(self, name:str, compute:Callable[[UOp], Any]) -> Any:
+    """A cached field computed for the sources first, only those not known yet: a long chain doesn't recurse, and a
+    graph built on one asked before walks its new part."""
+    for u in postorder([self], lambda u: u.src, known=lambda u: name in u.__dict__): u.__dict__[name] = compute(u)
+    return self.__dict__[name]
   @functools.cached_property
-  def key(self) -> tuple:
-    """A structural key that orders the terms of a sum."""
-    for u in self._sources:  # sources first, so a long chain doesn't recurse
-      if "key" not in u.__dict__: u.__dict__["key"] = u._key()
-    return self._key()
+  def key(self) -> tuple: return self._up("key", UOp._key)  # a structural key that orders the terms of a sum
   def _key(self) -> tuple:  # ranges by when they were made (as text, id 10 would come before id 9)
     arg = self.arg.id if self.op is Ops.RANGE else repr(self.arg)
     # (False < True: a constant sorts last, so a sum is x+3, never 3+x)
@@ -449,11 +446,7 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def in_memory(self) -> bool: return self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER  # a view of a buffer
   @functools.cached_property
-  def buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads: how assign() finds what reads a buffer
-    # sources first, and only the ones not known yet: a graph built on one asked before walks its new part
-    for u in postorder([self], lambda u: u.src, known=lambda u: "buffers" in u.__dict__):
-      u.__dict__["buffers"] = u._buffers()
-    return self.__dict__["buffers"]
+  def buffers(self) -> frozenset[UOp]: return self._up("buffers", UOp._buffers)  # the BUFFERs it reads (for assign)
   def _buffers(self) -> frozenset[UOp]:
     if self.op is Ops.BUFFER: return frozenset((self,))
     return self.src[0].buffers if len(self.src) == 1 else frozenset().union(*[s.buffers for s in self.src])
@@ -462,9 +455,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
 
   # named parts of kernel nodes: RANGE and SPECIAL(size), LOAD(buf, addr[, gate]), STORE(buf, addr, value[, gate]);
   # by place: REDUCE(value, *ranges) (arg: its op), END(range, *body), DEFINE_ACC(identity, *loops it lives in).
-  # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see after_stores), and an accumulator's LOAD
-  # has no address: its second source is the loop iteration or END it reads the accumulator after (addr is asked of
-  # memory accesses only)
+  # A LOAD's buf may be a BARRIER of its buffer (it waits for stores: see after_stores); an accumulator's LOAD has no
+  # addr: its second source is the loop iteration or END it reads the accumulator after
   @property
   def size(self) -> int: return self.src[0].arg  # RANGE, SPECIAL: how many values it takes
   @property
@@ -729,8 +721,7 @@ symbolic = PatternMatcher([
   (UPat(Ops.NEG, dtypes.bool, src=(x,)), lambda x: x),                  # -a -> a
   # identities, each exact for every value of its dtype: x+0.0 is 0.0 where x is -0.0, and x*0 is nan where x is
   # nan or inf, so those two fold only for ints
-  (xi + 0, lambda x: x),                                                # x+0 -> x (ints)
-  (UPat(Ops.ADD, src=[xi, yi]), lambda x, y: x if y.vmin == y.vmax == 0 else None),  # x+y -> x, y pinned to 0
+  (UPat(Ops.ADD, src=[xi, yi]), lambda x, y: x if y.vmin == y.vmax == 0 else None),  # x+y -> x, y pinned to 0 (ints)
   (x + c0, lambda x, c0: x if c0.arg == 0 and math.copysign(1, c0.arg) < 0 else None),  # x+(-0.0) -> x
   (x * 1, lambda x: x),                                                 # x*1 -> x
   (xi * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0 (ints: floats have nan*0)
@@ -877,12 +868,11 @@ class Move(NamedTuple):  # a movement op: a View method's name, and its arg
 
 @dataclass(frozen=True)
 class ShapeTracker:
-  """Views, and how a tensor's view was made: its last movement op and the tracker that op was applied to (None where
-  the views begin). Gradients walk these back one move at a time, each through its inverse. They are part of
-  equality, so views made by different moves stay different nodes (x.reshape(12).reshape(3, 4) is not x: its gradient
-  passes through the (12,) view), and the scheduler drops them (`bare`): a kernel is keyed by what it reads. The
-  alternative, movement ops as nodes of their own until scheduling, builds a node per move and folds them again on
-  every realize; here a chain of moves stays one VIEW node."""
+  """Views, and how they were made: the last movement op and the tracker it was applied to (None where the views
+  begin), which gradients walk back, each move through its inverse. They are part of equality, so views made by
+  different moves stay different nodes (x.reshape(12).reshape(3, 4) is not x: its gradient passes through the (12,)
+  view); the scheduler drops them (`bare`): a kernel is keyed by what it reads. Unlike movement ops as nodes until
+  scheduling (a node per move, folded again on every realize), a chain of moves stays one VIEW node."""
   views: tuple[View, ...]
   move: Move|None = None
   before: ShapeTracker|None = None
@@ -2848,10 +2838,9 @@ class Origin(NamedTuple):  # what a realized result was computed from
   device: str  # the graph's: a copy to another device (to()) is a result too, its gradient copied back
 
 def origin(buffer:UOp, st:ShapeTracker) -> Origin|None:
-  """Where a gradient path runs through a realized result: the graph it was computed from. Tensor.realize notes it on
-  the result's BUFFER node (Tensor.to, on its copy's), by the view's tracker, outside the node's four fields: the note
-  lives as long as the buffer, so a view taken of the result reaches it after the result's own tensor is gone."""
-  # (none for a detached view: its gradient stops)
+  """What a realized result that a gradient path runs through was computed from (none past a detach). Tensor.realize
+  notes it on the result's BUFFER node (Tensor.to: its copy's), by view: the note lives as long as the buffer, so a
+  view taken of the result reaches it after the result's own tensor is gone."""
   if (notes := buffer.__dict__.get("computed_from")) is None or st.detached: return None
   return notes.get(_lying(st, buffer))
 def note_computed_from(view:UOp, graph:UOp, device:str):
@@ -2923,7 +2912,6 @@ def _computed_from(u:UOp, graph:UOp, when:int) -> UOp:  # a result realized at t
                        f"it would be taken at new values. Compute it again ({u.shape})")
   return _graph_then(graph, when)
 def origin_of(u:UOp) -> Origin|None: return origin(u.src[0], u.arg) if u.op is Ops.VIEW else None
-def computed_from(u:UOp) -> UOp|None: return found.graph if (found := origin_of(u)) is not None else None
 
 def _grad_sources(u:UOp) -> tuple[UOp, ...]:
   """What u's gradient flows to: a view, the view its last move was applied to (a view no move made begins the
@@ -2975,8 +2963,7 @@ def reading_trainable(roots:list[UOp]) -> set[UOp]:
 def _read_sources(u:UOp) -> tuple[UOp, ...]:
   """Its sources, what it was computed from, and for a view the nearest view its moves went through (a trainable
   tensor's node may be one): one that lives (found, not made), or the graph a realized one was computed from."""
-  graph = computed_from(u)
-  srcs = u.src if graph is None else (*u.src, graph)
+  srcs = u.src if (found := origin_of(u)) is None else (*u.src, found.graph)
   st = u.arg.before if u.op is Ops.VIEW else None
   while st is not None:
     if (v := UOpMeta.existing(Ops.VIEW, u.dtype, u.src, st)) is not None: return (*srcs, v)
@@ -3030,11 +3017,10 @@ def _reading_writes(sink:UOp) -> UOp:
   # first: it raises, as torch's autograd does for a value modified in place
   def gone(u:UOp) -> bool: return u.op is Ops.BUFFER and (u.arg in (REPLACED, UNKNOWN) or u.arg.pending is not None)
   for graph in sink.src:
-    if any(gone(u) for u in postorder([graph], _unwritten_sources)):
+    if any(gone(u) for u in postorder([graph], lambda u: () if u.op is Ops.ASSIGN else u.src)):  # (a write reads after)
       raise RuntimeError(f"a gradient needs the values a write replaces ({graph.shape}): realize what it is "
                          "computed from before writing it in place, or write a copy")
   return sink
-def _unwritten_sources(u:UOp) -> tuple[UOp, ...]: return () if u.op is Ops.ASSIGN else u.src  # (a write reads after)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # nn: optimizers, as tinygrad names them (`from tiny import nn`, then nn.optim.Adam). A step is assigns to the
