@@ -2766,10 +2766,9 @@ for _name in "add sub mul div pow mod bitwise_and bitwise_or bitwise_xor lshift 
 del _name
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Gradients: a table of derivative rules, one per primitive, and one walk that applies them from the loss back. Each
-# rule takes the gradient of a node's output (g), the output (y) and its sources, as tensors, and returns a gradient
-# for each source (None: none flows there). Gradients are lazy graphs like any other: scheduled, fused, with the
-# forward pass.
+# Gradients: a derivative rule per primitive, and one walk that applies them from the loss back. A rule takes the
+# gradient of a node's output (g), the output (y) and its sources, as tensors, and returns one for each source (None:
+# none flows there). Gradients are lazy graphs like any other: scheduled and fused with the forward pass.
 
 def _max_share(g:Tensor, a:Tensor, b:Tensor) -> Tensor:  # a's share of max(a, b)'s g: all where larger, half at a tie
   return (a > b).where(g, (a == b).where(g * 0.5, 0))
