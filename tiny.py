@@ -432,13 +432,13 @@ class UOp(MathMixin, metaclass=UOpMeta):
     if self.op is Ops.VIEW: return self.arg.shape
     if self.op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg.axes else s for i, s in enumerate(self.src[0].shape))
     return self.src[-1].shape  # (any other op: its sources share one shape; POW's value is its last)
-  def _up(self, name:str, compute:Callable[[UOp], Any]) -> Any:
+  def _bottom_up(self, name:str, compute:Callable[[UOp], Any]) -> Any:
     """A cached field computed for the sources first, only those not known yet: a long chain doesn't recurse, and a
     graph built on one asked before walks its new part."""
     for u in postorder([self], lambda u: u.src, known=lambda u: name in u.__dict__): u.__dict__[name] = compute(u)
     return self.__dict__[name]
   @functools.cached_property
-  def key(self) -> tuple: return self._up("key", UOp._key)  # a structural key that orders the terms of a sum
+  def key(self) -> tuple: return self._bottom_up("key", UOp._key)  # a structural key that orders the terms of a sum
   def _key(self) -> tuple:  # ranges by when they were made (as text, id 10 would come before id 9)
     arg = self.arg.id if self.op is Ops.RANGE else repr(self.arg)
     # (False < True: a constant sorts last, so a sum is x+3, never 3+x)
@@ -446,8 +446,8 @@ class UOp(MathMixin, metaclass=UOpMeta):
   @property
   def in_memory(self) -> bool: return self.op is Ops.VIEW and self.src[0].op is Ops.BUFFER  # a view of a buffer
   @functools.cached_property
-  def buffers(self) -> frozenset[UOp]: return self._up("buffers", UOp._buffers)  # the BUFFERs it reads (for assign)
-  def _buffers(self) -> frozenset[UOp]:
+  def buffers(self) -> frozenset[UOp]: return self._bottom_up("buffers", UOp._buffers)  # (how assign finds readers)
+  def _buffers(self) -> frozenset[UOp]:  # the BUFFER nodes it reads
     if self.op is Ops.BUFFER: return frozenset((self,))
     return self.src[0].buffers if len(self.src) == 1 else frozenset().union(*[s.buffers for s in self.src])
   def terms(self, op:Ops=Ops.ADD) -> list[UOp]:  # a sum's terms (or an AND's conditions)
