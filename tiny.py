@@ -182,9 +182,10 @@ class dtypes:
 def truncate(d:DType, x):
   """A Python number as the machine would hold it in dtype d (ints wrap, floats round to their width)."""
   if d == dtypes.bool: return bool(x)
-  if dtypes.is_int(d):
-    lo, hi = dtypes.limits(d)
-    return (int(x) - lo) % (hi - lo + 1) + lo  # wrapped into [lo, hi], as two's complement wraps
+  if dtypes.is_int(d):  # wrapped into the 2**bits values from the smallest, as two's complement wraps
+    bits = 8 * d.itemsize
+    lo = 0 if dtypes.is_unsigned(d) else -(1 << (bits - 1))
+    return (int(x) - lo) % (1 << bits) + lo
   return decoded(d, encoded(d, [x]))[0]
 
 def encoded(d:DType, vals:Sequence) -> bytes:
