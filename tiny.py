@@ -2678,6 +2678,8 @@ class Tensor:
   def realize(self, *others:Tensor) -> Tensor:
     # (a view of a tensor not computed: that tensor is computed, and the view is a view of it, see _graph_owner)
     ts = [t if (owner := t._graph_owner()) is None else owner for t in (self, *others)]
+    # (one held in a buffer that no write is pending into has nothing to run: a TinyJit's outputs)
+    ts = [t for t in ts if not t.uop.in_memory or t.uop.src[0].arg.pending is not None]
     for device in dict.fromkeys(t.device for t in ts):  # each device runs its own tensors' kernels
       Tensor._realized([t for t in ts if t.device == device], device)
     return self
