@@ -1297,15 +1297,15 @@ class Tensor:
   # --- elementwise
   def _const(self, v) -> Tensor:
     """A Python scalar takes this tensor's dtype where it is of the same kind or a lower one (an int with an int
-    tensor, any number with a float one), as in numpy 2 and tinygrad. An int that dtype can't hold makes it int64."""
+    tensor, any number with a float one), as in numpy 2 and tinygrad. An int that dtype can't hold wraps into it, as
+    in tinygrad and torch (uint8 + -1 adds 255)."""
     if isinstance(v, Tensor): return v
     if not isinstance(v, (bool, int, float)):
       if not isinstance(v, numbers.Real): raise TypeError(f"can't combine a Tensor with {type(v).__name__}")
       v = int(v) if isinstance(v, numbers.Integral) else float(v)  # (numpy's scalars)
     same_kind = dtypes.is_float(self.dtype) or isinstance(v, bool) or (isinstance(v, int) and self.dtype != dtypes.bool)
     dtype = self.dtype if same_kind else dtypes.from_py(v)
-    dtype = dtypes.int64 if dtypes.is_int(dtype) and not dtypes.fits(dtype, v) else dtype
-    return self._like(UOp.const(dtype, _checked(dtype, v)))
+    return self._like(UOp.const(dtype, truncate(dtype, v) if dtypes.is_int(dtype) else _checked(dtype, v)))
   def _broadcast(self, *others, promote:bool=True) -> list[Tensor]:
     """Operands expanded to one shape and, with promote, cast to the dtype they meet in."""
     ts = [self, *map(self._const, others)]
