@@ -2687,6 +2687,19 @@ def test_floor_division_and_remainder_are_pythons_and_zero_by_zero(device, dtype
     (Tensor([7.5, -7.5]) % 2).tolist() == [1.5, 0.5]  # floats too
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64])
+def test_true_division_is_rounded_once(device, dtype):  # not a * (1/b): 1 ulp off, and 1/b overflows for tiny b
+  rnd = f32 if dtype == dtypes.float32 else float
+  small = 1e-40 if dtype == dtypes.float32 else 1e-310  # (subnormal: its reciprocal overflows)
+  a = [rnd(v) for v in [3.0, 10.0, -7.0, small, 3 * small, 3e38, 1.0, -1.0, 0.0, 5.811181] + rand_list((13,), 60)]
+  b = [rnd(v) for v in [10.0, 3.0, 3.0, small, small, 3e38, 0.0, 0.0, 0.0, -2.4424286] + rand_list((13,), 61, 0.1, 9)]
+  def ref(x, y):  # a double's quotient of two floats, rounded to float: rounded once (53 >= 2 * 24 + 2 bits)
+    if y == 0: return math.nan if x == 0 else math.copysign(math.inf, x)
+    return rnd(x / y)
+  got = (Tensor(a, dtype=dtype, device=device) / Tensor(b, dtype=dtype, device=device)).tolist()
+  assert [str(v) for v in got] == [str(ref(x, y)) for x, y in zip(a, b)]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_div_rounds_toward_zero_or_down_as_asked(device):  # as torch's div(rounding_mode=)
   a, b = rand_ints((3, 7), 132, -50, 50), rand_ints((3, 7), 133, 1, 9)
   b = ref_ew(lambda v, s: v * s, b, [[(-1) ** (i + j) for j in range(7)] for i in range(3)])  # both signs

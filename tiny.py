@@ -227,11 +227,11 @@ class Ops(IntEnum):  # (a plain class after import, for speed: see plain() at th
   # ALU
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto()
   ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
-  AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto()
+  AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); WHERE = auto(); FDIV = auto()
 
 class GroupOp:
-  ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX,
-         Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
+  ALU = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD,
+         Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Compare = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}  # an element from the elements at its place
@@ -281,6 +281,8 @@ def _safe(f):
     except (ValueError, ZeroDivisionError): return math.nan
     except OverflowError: return math.inf
   return g
+def _by_zero(a:float, b:float) -> float:  # IEEE's: inf, signed by both signs (b may be -0.0); 0/0 and nan/0 are nan
+  return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1, b)
 # What every ALU op computes, on every device: C's semantics where C defines them (integer division truncates toward
 # zero), and one chosen result where it doesn't: an int's x/0 and x%0 are 0 (a float's fmod by 0 is nan, as C's),
 # INT_MIN/-1 wraps, a shift by an amount outside [0, width) gives 0 (or -1 for >> of a negative), max of nan is nan.
@@ -291,6 +293,7 @@ python_alu: dict[Ops, Callable] = {
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
   Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
   Ops.ADD: operator.add, Ops.MUL: operator.mul,
+  Ops.FDIV: lambda a, b: a / b if b != 0 else _by_zero(a, b),
   Ops.MAX: lambda a, b: b if a < b or b != b else a,  # (b != b: b is nan, and nan wins)
   Ops.IDIV: lambda a, b: _trunc_div(a, b) if b != 0 else 0,
   Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) else _int_mod(a, b),
@@ -1345,8 +1348,8 @@ class Tensor:
       raise RuntimeError(f"rounding_mode is None, 'trunc' or 'floor', not {rounding_mode!r}")  # (torch's error)
     if rounding_mode == "floor": return a.divmod(b)[0]
     if rounding_mode == "trunc": return a._div_toward_zero(b)
-    if a.dtype in dtypes.narrow: return (a.float() * b.float().reciprocal()).cast(a.dtype)  # (1/b rounded once)
-    return a._float() * b._float().reciprocal()
+    if a.dtype in dtypes.narrow: return (a.float() / b.float()).cast(a.dtype)  # (in float32, rounded once)
+    return a._float()._alu(Ops.FDIV, b._float())  # (rounded once: x * (1/b) is 1 ulp off, and 1/b overflows for 1e-40)
   def _div_toward_zero(self, b:Tensor) -> Tensor:
     """The quotient rounded toward 0, as torch's: C's / for ints; for floats, (x - fmod(x, b)) / b rounded to the whole
     number it is but for rounding (exact, where x * (1/b), 1 ulp off, would cut 183/61 to 2), and x / 0 where b is 0."""
@@ -2781,6 +2784,7 @@ derivatives: dict[Ops, Callable] = {
   Ops.MUL: lambda g, y, a, b: (g * b, g * a),                           # (ab)' = a'b + ab'
   Ops.NEG: lambda g, y, x: (-g,),
   Ops.RECIP: lambda g, y, x: (-g * y * y,),                             # (1/x)' = -1/x^2
+  Ops.FDIV: lambda g, y, a, b: (g / b, -g * y / b),                     # (a/b)' = a'/b - a b'/b^2
   Ops.SQRT: lambda g, y, x: (g / (y * 2),),                             # (sqrt x)' = 1 / (2 sqrt x)
   Ops.EXP2: lambda g, y, x: (g * y * math.log(2),),                     # (2^x)' = 2^x ln 2
   Ops.LOG2: lambda g, y, x: (g / (x * math.log(2)),),                   # (log2 x)' = 1 / (x ln 2)
@@ -3629,7 +3633,7 @@ def pack(r:UOp, device:str) -> UOp:
 # views and loads nothing. A rough weight for the scheduler, the same for every device: an exp2 is about 35 operations
 # on a CPU (see approximations), one instruction on a GPU; 16 lies between. Writing an element and reading it back
 # costs STORE_COST: memory moves a float in about the time the cores do 30 operations on it.
-alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.IDIV: 4, Ops.MOD: 4}
+alu_costs = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.FDIV: 4, Ops.IDIV: 4, Ops.MOD: 4}
 STORE_COST = 32
 LAUNCH_COST = 2**14  # a kernel launch: a few microseconds, the time the cores do about this many operations
 
@@ -5050,8 +5054,8 @@ def _by_shift(ctx:Names, u:UOp, a:UOp, b:UOp) -> str|None:
   k = n.bit_length() - 1  # n = 2**k
   return {Ops.MUL: f"({ctx[a]}<<{k})", Ops.IDIV: f"({ctx[a]}>>{k})", Ops.MOD: f"({ctx[a]}&{n - 1})"}[u.op]
 
-_infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
-          Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+_infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+          Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 c_code_for_op: dict[Ops, Callable] = {
   Ops.NEG: lambda a: f"(-{a})", Ops.SQRT: lambda a: f"sqrt({a})", Ops.EXP2: lambda a: f"exp2({a})",
   Ops.LOG2: lambda a: f"log2({a})", Ops.SIN: lambda a: f"sin({a})", Ops.RECIP: lambda a: f"(1.0f/{a})",
@@ -5217,8 +5221,8 @@ c_types = {dtypes.float: "float", dtypes.double: "double", dtypes.half: "_Float1
               ((dtypes.float, "float"), (dtypes.int, "int"), (dtypes.uint32, "uint"), (dtypes.bool, "int"))}}
 
 # GCC/Clang vector extensions compute these lane by lane: operators, and selects, casts and bits as vector_rules says
-c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
-                          Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.CAST, Ops.BITCAST})
+c_vector_ops = frozenset({Ops.NEG, Ops.RECIP, Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+                          Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.CAST, Ops.BITCAST})
 
 # C for the CPU: GCC/Clang vector extensions (vector_size, which gcc accepts, not clang's ext_vector_type) give vectors
 # of any width, each declared where a kernel names it (float16 is 16 floats: C's half is _Float16)
