@@ -1731,6 +1731,11 @@ BAD_SIZES = {"zeros(-2)": lambda: Tensor.zeros(-2), "ones(2.5)": lambda: Tensor.
 def test_negative_or_fractional_sizes_raise_value_error_at_the_op(name):
   with pytest.raises(ValueError): BAD_SIZES[name]()
 
+def test_a_padding_or_stride_that_isnt_ints_raises_type_error_naming_it():  # (torch's padding="same": not tinygrad's)
+  for call in (lambda: Tensor.ones(1, 1, 5, 5).conv2d(Tensor.ones(1, 1, 3, 3), padding="same"),
+               lambda: Tensor.ones(1, 1, 5, 5).max_pool2d(stride=(1.5, 2))):
+    with pytest.raises(TypeError, match="an int for each dim"): call()
+
 def test_expand_keeps_a_dim_given_as_minus_one():
   x = rand_list((3, 1), 116)
   assert Tensor(x).expand(-1, 5).tolist() == ref_ew(lambda v, _: v, x, [[0.0] * 5])
@@ -6068,6 +6073,22 @@ def test_conv_transpose2d_to_an_empty_output_is_empty():  # (as torch's: the pad
 def test_an_int_image_interpolates_to_the_nearest_value():  # (as torch's: not truncated)
   x = Tensor([[[[0, 3, 7, 200]]]], dtype=dtypes.uint8).interpolate((1, 7), mode="linear", align_corners=True)
   assert x.dtype == dtypes.uint8 and x.tolist() == [[[[0, 2, 3, 5, 7, 104, 200]]]]
+
+def test_a_float64_image_interpolates_in_float64():  # (its source places too, as torch's: not rounded to float32)
+  rng = random.Random(11)
+  x = [[rng.uniform(-1, 1) for _ in range(5)] for _ in range(11)]
+  def lerped(row, m):  # one dim, pixel centers: the two nearest inputs lerped
+    n, out = len(row), []
+    for o in range(m):
+      p = max((o + 0.5) * n / m - 0.5, 0.0)
+      i = min(int(p), n - 1)
+      out.append(row[i] + (p - i) * (row[min(i + 1, n - 1)] - row[i]))
+    return out
+  cols = [lerped([x[i][j] for i in range(11)], 7) for j in range(5)]  # (the first dim first, as interpolate does)
+  want = [lerped([cols[j][i] for j in range(5)], 8) for i in range(7)]
+  got = Tensor([[x]], dtype=dtypes.float64).interpolate((7, 8)).tolist()[0][0]
+  assert all(abs(g - w) < 1e-13 for gr, wr in zip(got, want) for g, w in zip(gr, wr))
+  with pytest.raises(ValueError, match="align_corners"): Tensor([[x]]).interpolate((7, 8), "nearest", align_corners=True)
 
 def test_interpolate_sdpa_and_einsum_match_their_formulas():
   rng = random.Random(10)

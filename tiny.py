@@ -996,7 +996,10 @@ EDGE_PADS = {"reflect": EdgePad(lambda size: size - 1, _reflected),
              "circular": EdgePad(lambda size: size, _circular)}
 
 def per_dim(v, dims:int) -> tuple:  # an int for every dim, or one for each (a conv's or a pool's stride, kernel, ...)
-  return (v,) * dims if isinstance(v, numbers.Integral) else tuple(v)
+  if isinstance(v, numbers.Integral): return (v,) * dims
+  if isinstance(v, str) or not all(isinstance(a, numbers.Integral) for a in v):  # (torch's padding="same": not here)
+    raise TypeError(f"expected an int, or an int for each dim, not {v!r}")
+  return tuple(v)
 
 class Pooling(NamedTuple):
   """A pool's kernel, stride and dilation per dim, its padding as (before, after) pairs, and what ceil_mode adds after
@@ -2366,9 +2369,11 @@ class Tensor:
     lerping the two nearest inputs, "nearest" and "nearest-exact" by picking one."""
     if mode not in ("linear", "nearest", "nearest-exact"):
       raise ValueError(f"interpolate's mode {mode!r} is not linear, nearest or nearest-exact")
+    if align_corners and mode != "linear": raise ValueError(f"align_corners is for mode linear, not {mode!r}")
     x = self._float() if mode == "linear" else self
+    places = dtypes.double if self.dtype == dtypes.double else dtypes.float  # (where a source pixel is: torch's)
     for d, new in zip(range(self.ndim - len(size), self.ndim), size):
-      n, at = x.shape[d], Tensor.arange(new, dtype=dtypes.float, device=self.device)
+      n, at = x.shape[d], Tensor.arange(new, dtype=places, device=self.device)
       before = (slice(None),) * d  # (the dims before d, whole)
       if mode == "linear":
         if align_corners: pos = at * ((n - 1) / (new - 1) if new > 1 else 0)
