@@ -3484,6 +3484,15 @@ def test_a_jit_called_inside_another_is_captured_with_it(device, inner_first):
       with no_scheduling(): got = outer(a, b)
     assert_close(got.tolist(), ref_reduce(math.fsum, ref_ew(lambda p, q: (2 * p + 1) * q, x, y), 0), rtol=1e-5)
 
+@pytest.mark.parametrize("inner_first", [0, 2])
+def test_a_jit_returning_what_a_jit_inside_returned_makes_new_outputs_each_call(inner_first):
+  inner = tiny.TinyJit(lambda x: x * 2 + 1)
+  outer = tiny.TinyJit(lambda x: inner(x))
+  for seed in range(inner_first): inner(Tensor(rand_list((3, 5), seed)))
+  xs = [rand_list((3, 5), seed + 10) for seed in range(5)]
+  got = [outer(Tensor(x)) for x in xs]  # (each result kept, then read after the last call)
+  for g, x in zip(got, xs): assert_close(g.tolist(), ref_ew(lambda p: 2 * p + 1, x), rtol=1e-6)
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_jit_draws_rand_anew_each_call_as_the_function_would(device):  # inside another jit, too
   def noisy(x): return x * Tensor.rand(3, 5, device=device) + Tensor.rand(5, device=device)

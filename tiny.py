@@ -5934,7 +5934,9 @@ class Replay:
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
     return sum(l.prog.flops for _, l in self.launches), sum(l.prog.moved for _, l in self.launches)
   def __call__(self, given:list[Buffer]):
-    bufs = given + [Buffer(*m) for m in self.new_outputs] + self.held
+    outputs = [Buffer(*m) for m in self.new_outputs]
+    if capturing.now is not None: capturing.now.made.update(outputs)  # (a jit around this one's: made anew by its own)
+    bufs = given + outputs + self.held
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
