@@ -3493,6 +3493,17 @@ def test_a_jit_returning_what_a_jit_inside_returned_makes_new_outputs_each_call(
   got = [outer(Tensor(x)) for x in xs]  # (each result kept, then read after the last call)
   for g, x in zip(got, xs): assert_close(g.tolist(), ref_ew(lambda p: 2 * p + 1, x), rtol=1e-6)
 
+@pytest.mark.parametrize("inner_first", [0, 1])
+def test_a_jit_inside_another_that_makes_python_data_replays_with_it(inner_first):  # (its data noted as its call's)
+  inner = tiny.TinyJit(lambda x: x * Tensor([2.0, 3.0, 5.0]) + Tensor.rand(3))
+  outer = tiny.TinyJit(lambda x, k: inner(x) * k)
+  if inner_first: inner(Tensor([0.0, 0.0, 0.0]))
+  for i, k in enumerate([1.0, 2.0, 1.0, 2.0, 1.0]):  # (two signatures: the inner one replays inside the second)
+    Tensor.manual_seed(i)
+    want = [(v * c + r) * k for v, c, r in zip([i, 1.0, -i], [2.0, 3.0, 5.0], Tensor.rand(3).tolist())]
+    Tensor.manual_seed(i)
+    assert_close(outer(Tensor([i, 1.0, -i]), k).tolist(), want, rtol=1e-6)
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_jit_draws_rand_anew_each_call_as_the_function_would(device):  # inside another jit, too
   def noisy(x): return x * Tensor.rand(3, 5, device=device) + Tensor.rand(5, device=device)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os, sys, math, json, importlib.util, concurrent.futures, struct, ctypes, _ctypes, hashlib, subprocess, time
 import tempfile, functools, itertools, re, heapq, weakref, operator, atexit, mmap, numbers, shlex, shutil, threading
 import warnings, contextlib, types
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum, auto
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
@@ -5795,8 +5795,10 @@ class Capture:
   made: set[Buffer] = field(default_factory=set)  # the buffers it made: a replay makes its own (an assign's target
                                                   # that was there before: a replay writes it again)
   filled: dict[Buffer, bytes] = field(default_factory=dict)  # those it filled with Python data, and the data
-  def fingerprint(self) -> list:  # its data, equal for calls that made the same (rand's places from where each began)
-    return [(d.start - self.start,) if isinstance(d, Place) else d for d in self.data]  # (a tuple: never a data hash)
+  def fingerprint(self) -> Counter:
+    """Its data, equal for calls that made the same, in any order (a replay of a jit inside notes its data after its
+    rand's places): each hash, and rand's places from where each call began (a tuple: never a data hash)."""
+    return Counter((d.start - self.start,) if isinstance(d, Place) else d for d in self.data)
 
 class Capturing(threading.local):
   """The TinyJit call running on this thread, if any. What it changes, where: Tensor's data and rand note what they
@@ -5892,6 +5894,7 @@ class Replay:
   held: list[Buffer]
   places: list[tuple[int, int]]  # (slot, place in rand's sequence counted from where the call began)
   filled: list[tuple[int, bytes]]  # (slot, data) of each buffer it makes that the call filled with Python data
+  hashes: list[int]  # of all the Python data the call made, whatever buffer holds it
   draws: int  # how far the call moved rand's sequence
   launches: list[tuple[Callable, Launch]]  # each kernel's function, and its launch over the replay's slots
   outputs: Any
@@ -5925,6 +5928,7 @@ class Replay:
     return Replay(new_outputs=[(b.device, b.size, b.dtype) for b in outputs],
                   held=[Buffer(b.device, b.size, b.dtype) for b in own] + held, places=places,
                   filled=[(slots[b], call.filled[b]) for b in outputs + own if b in call.filled],
+                  hashes=[d for d in call.data if not isinstance(d, Place)],
                   draws=Tensor._counter - call.start, launches=launches, native=device_graph(launches),
                   written=(written := sorted({s for _, l in launches for s in l.slots[:l.output_count]})),
                   inputs_written=[s for s in written if s < len(given)],
@@ -5941,6 +5945,9 @@ class Replay:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
     for slot, data in self.filled: bufs[slot].copyin(memoryview(data))
+    if capturing.now is not None:  # (a jit around this one's: the data its call made, noted as the call noted it)
+      capturing.now.data += self.hashes
+      capturing.now.filled |= {bufs[slot]: data for slot, data in self.filled}
     # a write pending into a buffer it holds (a weight) runs first, as it would before the call's kernels; what reads a
     # buffer the replay writes in place is realized first, as the call's assigns realized it
     if pending := [b.pending for b in self.held if b.pending is not None]: Tensor.realize(*pending)
