@@ -6108,7 +6108,8 @@ def test_a_float64_image_interpolates_in_float64():  # (its source places too, a
   want = [lerped([cols[j][i] for j in range(5)], 8) for i in range(7)]
   got = Tensor([[x]], dtype=dtypes.float64).interpolate((7, 8)).tolist()[0][0]
   assert all(abs(g - w) < 1e-13 for gr, wr in zip(got, want) for g, w in zip(gr, wr))
-  with pytest.raises(ValueError, match="align_corners"): Tensor([[x]]).interpolate((7, 8), "nearest", align_corners=True)
+  with pytest.raises(ValueError, match="align_corners"):
+    Tensor([[x]]).interpolate((7, 8), "nearest", align_corners=True)
 
 def test_interpolate_sdpa_and_einsum_match_their_formulas():
   rng = random.Random(10)
