@@ -3504,6 +3504,15 @@ def test_a_jit_inside_another_that_makes_python_data_replays_with_it(inner_first
     Tensor.manual_seed(i)
     assert_close(outer(Tensor([i, 1.0, -i]), k).tolist(), want, rtol=1e-6)
 
+def test_a_jit_returning_its_argument_returns_that_tensor_as_the_call_does():  # (a later write shows in it)
+  f = tiny.TinyJit(lambda x, y: {"x": x, "rows": x.reshape(3, 1), "sum": x + y})
+  for i in range(4):
+    x, y = Tensor([i, 2.0 * i, -1.0]), Tensor([1.0, 1.0, 1.0])
+    out = f(x, y)
+    x += 1
+    assert out["x"] is x and out["x"].tolist() == [i + 1, 2.0 * i + 1, 0.0]
+    assert out["rows"].tolist() == [[i + 1], [2.0 * i + 1], [0.0]] and out["sum"].tolist() == [i + 1, 2.0 * i + 1, 0.0]
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_jit_draws_rand_anew_each_call_as_the_function_would(device):  # inside another jit, too
   def noisy(x): return x * Tensor.rand(3, 5, device=device) + Tensor.rand(5, device=device)

@@ -5857,7 +5857,11 @@ class TinyJit:
     except TypeError as e:  # (a set, say)
       raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list, tuple or dict, or "
                       f"hashable ({e})") from None
-    if replay is not None: return replay(given)
+    if replay is not None and not replay.returns_given: return replay(given)
+    if replay is not None:  # an argument it returns as it is: that tensor, as the call returns it (writes show in it)
+      tensors: dict[UOp, Tensor] = {}
+      mapped((args, kwargs), lambda t: tensors.setdefault(t.uop, t))
+      return mapped(replay(given), lambda t: tensors.get(t.uop, t))
     if capturing.now is None:  # what was computed or written lazily before the call is realized now: inside the
       # capture, every replay would compute it, or write it, again
       if lazy := [t for t in Tensor._alive() if t.uop.buffers and not t.uop.in_memory]: Tensor.realize(*lazy)
@@ -5903,6 +5907,7 @@ class Replay:
   # of those, what tensors outside the replay may hold: inputs it writes in place, and BUFFERs it holds (weights)
   inputs_written: list[int]
   held_written: frozenset[UOp]
+  returns_given: bool  # whether an output is a given buffer
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
@@ -5933,7 +5938,8 @@ class Replay:
                   written=(written := sorted({s for _, l in launches for s in l.slots[:l.output_count]})),
                   inputs_written=[s for s in written if s < len(given)],
                   held_written=frozenset(UOp(Ops.BUFFER, b.dtype, (), b) for b in held if slots[b] in written),
-                  outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)))
+                  outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)),
+                  returns_given=any(t.uop.src[0].arg in given for t in outs))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
     return sum(l.prog.flops for _, l in self.launches), sum(l.prog.moved for _, l in self.launches)
