@@ -3513,6 +3513,18 @@ def test_a_jit_returning_its_argument_returns_that_tensor_as_the_call_does():  #
     assert out["x"] is x and out["x"].tolist() == [i + 1, 2.0 * i + 1, 0.0]
     assert out["rows"].tolist() == [[i + 1], [2.0 * i + 1], [0.0]] and out["sum"].tolist() == [i + 1, 2.0 * i + 1, 0.0]
 
+@pytest.mark.parametrize("move", ["expand", "pad", "slice", "of a tensor not computed"])
+def test_a_jit_given_a_view_reads_each_calls_values(move):  # (a view that isn't all of a buffer is given as a copy)
+  moves = {"expand": lambda b: b.reshape(3, 1).expand(3, 4), "pad": lambda b: b.pad(((1, 2),)),
+           "slice": lambda b: b[1:], "of a tensor not computed": lambda b: (b * 1)[::2]}
+  refs = {"expand": lambda v: [[x] * 4 for x in v], "pad": lambda v: [0.0, *v, 0.0, 0.0], "slice": lambda v: v[1:],
+          "of a tensor not computed": lambda v: v[::2]}
+  f = tiny.TinyJit(lambda a: a * 2 + 1)
+  for i in range(5):
+    vals = [float(i), 10.0 + i, -1.5 * i]
+    base = Tensor(vals) if move.startswith("of") else Tensor(vals).realize()
+    assert f(moves[move](base)).tolist() == ref_ew(lambda x: 2 * x + 1, refs[move](vals))
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_jit_draws_rand_anew_each_call_as_the_function_would(device):  # inside another jit, too
   def noisy(x): return x * Tensor.rand(3, 5, device=device) + Tensor.rand(5, device=device)

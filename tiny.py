@@ -5848,8 +5848,10 @@ class TinyJit:
   def __get__(self, obj, objtype=None):  # on a method: bound to its object, as a function is
     return self if obj is None else functools.partial(self.__call__, obj)
   def __call__(self, *args, **kwargs):
-    # a view of part of a buffer (X[k:k+2]) is given as a copy: a replay binds the given tensors' buffers, whole
-    def whole(t:Tensor) -> Tensor: return t if _whole_view_of(t.uop) is not None or t._base() is None else t.clone()
+    # a view that isn't all of a buffer (X[k:k+2], an expand, a pad) is given as a copy: a replay binds the given
+    # tensors' buffers, whole
+    def whole(t:Tensor) -> Tensor:
+      return t if t.uop.op is not Ops.VIEW or _whole_view_of(t.uop) is not None else t.clone()
     args, kwargs = mapped((args, kwargs), whole)
     given: list[Buffer] = []  # the tensors' buffers, each once
     key = (tuple(kwargs), *[signature(x, given) for x in (*args, *kwargs.values())])
