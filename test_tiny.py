@@ -3525,6 +3525,19 @@ def test_a_jit_given_a_view_reads_each_calls_values(move):  # (a view that isn't
     base = Tensor(vals) if move.startswith("of") else Tensor(vals).realize()
     assert f(moves[move](base)).tolist() == ref_ew(lambda x: 2 * x + 1, refs[move](vals))
 
+def test_a_jit_given_a_weight_it_reads_runs_the_call_as_it_is():  # (a sharing its capture didn't see)
+  state = Tensor([0.0, 0.0, 0.0]).contiguous().realize()
+  def step(a):
+    a += 1
+    state.assign(state + 10)
+    return state * 1
+  f, want = tiny.TinyJit(step), [0.0, 0.0, 0.0]
+  for i in range(3):
+    want = [v + 10 for v in want]
+    assert f(Tensor([1.0, 2.0, 3.0])).tolist() == want
+  want = [v + 11 for v in want]  # (given the state itself: its own write, then the step's)
+  assert f(state).tolist() == want and state.tolist() == want
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_jit_draws_rand_anew_each_call_as_the_function_would(device):  # inside another jit, too
   def noisy(x): return x * Tensor.rand(3, 5, device=device) + Tensor.rand(5, device=device)

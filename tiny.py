@@ -5859,6 +5859,8 @@ class TinyJit:
     except TypeError as e:  # (a set, say)
       raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list, tuple or dict, or "
                       f"hashable ({e})") from None
+    if replay is not None and not replay.holds.isdisjoint(given):  # a weight it reads, given too: a sharing no capture
+      return self.fn(*args, **kwargs)  # saw, so the call runs as it is
     if replay is not None and not replay.returns_given: return replay(given)
     if replay is not None:  # an argument it returns as it is: that tensor, as the call returns it (writes show in it)
       tensors: dict[UOp, Tensor] = {}
@@ -5910,6 +5912,7 @@ class Replay:
   inputs_written: list[int]
   held_written: frozenset[UOp]
   returns_given: bool  # whether an output is a given buffer
+  holds: frozenset[Buffer]  # the buffers it reads as they were at capture (weights)
   turns: threading.Lock = field(default_factory=threading.Lock)
   @staticmethod
   def of(call:Capture, given:list[Buffer], out, outs:list[Tensor], returned:weakref.WeakSet) -> Replay:
@@ -5941,7 +5944,7 @@ class Replay:
                   inputs_written=[s for s in written if s < len(given)],
                   held_written=frozenset(UOp(Ops.BUFFER, b.dtype, (), b) for b in held if slots[b] in written),
                   outputs=mapped(out, lambda t: Output(slots[t.uop.src[0].arg], t.uop)),
-                  returns_given=any(t.uop.src[0].arg in given for t in outs))
+                  returns_given=any(t.uop.src[0].arg in given for t in outs), holds=frozenset(held))
   @functools.cached_property
   def work(self) -> tuple[int, int]:  # its kernels' operations and bytes moved, for GlobalCounters
     return sum(l.prog.flops for _, l in self.launches), sum(l.prog.moved for _, l in self.launches)
