@@ -4896,6 +4896,21 @@ def test_views_of_one_of_two_equal_graphs_stay_its_views_after_a_write_into_the_
     seen.flatten()[0].assign(-1.0)
     assert view(a).flatten().tolist()[0] == -1.0 and b.tolist() == [[1.0, 100.0, 3.0], [4.0, 5.0, 6.0]]
 
+def test_a_view_that_reads_padding_keeps_what_it_read_through_later_writes():  # (torch's pad is a copy)
+  def shifted(x): return x.pad(((1, 0), (0, 0)))[:-1]  # (rows down one, a row of zeros on top)
+  t = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).realize()
+  p = shifted(t)
+  t += 10
+  assert p.tolist() == [[0, 0], [1, 2], [3, 4]] and t.tolist() == [[11, 12], [13, 14], [15, 16]]
+  t += 1  # (a write pending when the view is taken, another after it)
+  q = shifted(t)
+  t[0, 0] = 100
+  assert q.tolist() == [[0, 0], [12, 13], [14, 15]] and t.tolist() == [[100, 13], [14, 15], [16, 17]]
+  u = t * 2  # (a view of a tensor not computed yet)
+  r = shifted(u)
+  u += 5
+  assert r.tolist() == [[0, 0], [200, 26], [28, 30]] and u.tolist() == [[205, 31], [33, 35], [37, 39]]
+
 def test_views_of_a_tensor_not_yet_computed_are_its_views_through_writes():
   """A view taken from a tensor that has no buffer yet (a graph, a constant) reads its graph; a write into the tensor
   shows in the view, and a write through the view writes the tensor, as where the tensor had a buffer (torch's)."""

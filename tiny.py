@@ -2651,12 +2651,13 @@ class Tensor:
   @staticmethod
   def _realize_readers(buffers:set[UOp], *skip:Tensor, owner:Tensor|None=None) -> list[Tensor]:
     """Realizes, as they are now, the tensors whose values would change if these buffers (BUFFER nodes) were written:
-    - one whose graph reads such a buffer: realized now (a view that doesn't begin from all of it: copied first);
-    - one that is such a buffer, whole, or a view of it: left as it is, it holds or shows what is written (returned:
-      the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, or the owner's
-      (the tensor a written view was taken from), made by no move, and the buffer was never assigned (two LayerNorms'
-      weights, each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each holds its
-      own, and the views taken from the copied tensor become views of its copy."""
+    - one whose graph reads such a buffer: realized now (a view that doesn't begin from all of it, or that reads
+      padding, as torch's pad is a copy: copied first);
+    - one that is such a buffer, whole, or another view of it: left as it is, it holds or shows what is written
+      (returned: the tensors sharing the buffers, as torch's views); unless its node is a skipped tensor's too, or the
+      owner's (the tensor a written view was taken from), made by no move, and the buffer was never assigned (two
+      LayerNorms' weights, each ones(n): equal graphs are one node, realized into one buffer): then copied, so that each
+      holds its own, and the views taken from the copied tensor become views of its copy."""
     skipped, skipped_nodes = {id(s) for s in skip}, {s.uop for s in (*skip, owner) if s is not None}
     readers, sharing = [], []
     for t in Tensor._alive():  # (in the order made, so that a step's plan is found again on the next)
@@ -2665,10 +2666,12 @@ class Tensor:
         moved = t.uop.op is Ops.VIEW and t.uop.arg.move is not None  # (a view of one tensor: t.reshape(1, n), detach)
         shared = t is owner or t.uop not in skipped_nodes or whole.arg.assigned or moved
         (sharing if shared else readers).append(t)
-      else: (sharing if _aliased(t.uop) in buffers else readers).append(t)
+      else:
+        (sharing if _aliased(t.uop) in buffers and not t.uop.arg.views[-1].reads_pad else readers).append(t)
     copied = {id(t) for t in readers if _whole_view_of(t.uop) in buffers}  # (all of a written buffer: equal graphs)
     for t in readers:
-      if t.uop.op is Ops.VIEW and t.uop.src[0] in buffers: t.uop = t.clone().uop  # (copied: what it reads now)
+      # (a view of the buffer, or of a write into it: copied, what it reads now)
+      if t.uop.op is Ops.VIEW and (t.uop.src[0] in buffers or _aliased(t.uop) in buffers): t.uop = t.clone().uop
     if readers: readers[0].realize(*readers[1:])
     moved = [t for t in sharing if id(t._owner()) in copied]  # views taken from a copied tensor: views of its copy
     for t in moved: t.uop = _moved_over(t.uop, t._owner().uop)
