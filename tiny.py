@@ -291,7 +291,7 @@ python_alu: dict[Ops, Callable] = {
   Ops.NEG: operator.neg, Ops.EXP2: _safe(lambda x: 2.0**x), Ops.SIN: _safe(math.sin),
   Ops.LOG2: lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan),
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
-  Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
+  Ops.RECIP: lambda x: 1/x if x != 0 else _by_zero(1.0, x),
   Ops.ADD: operator.add, Ops.MUL: operator.mul,
   Ops.FDIV: lambda a, b: a / b if b != 0 else _by_zero(a, b),
   Ops.MAX: lambda a, b: b if a < b or b != b else a,  # (b != b: b is nan, and nan wins)
@@ -5862,11 +5862,11 @@ class TinyJit:
     except TypeError as e:  # (a set, say)
       raise TypeError("TinyJit's arguments are part of its signature: each must be a tensor, a list, tuple or dict, or "
                       f"hashable ({e})") from None
-    if replay is not None and not replay.holds.isdisjoint(given):  # a weight it reads, given too: a sharing no capture
-      return self.fn(*args, **kwargs)  # saw, so the call runs as it is
-    if replay is not None and not replay.returns_given: return replay(given)
-    if replay is not None:  # an argument it returns as it is: that tensor, as the call returns it (writes show in it)
-      tensors: dict[UOp, Tensor] = {}
+    if replay is not None:
+      # a weight it reads, given too: a sharing no capture saw, so the call runs as it is
+      if not replay.holds.isdisjoint(given): return self.fn(*args, **kwargs)
+      if not replay.returns_given: return replay(given)
+      tensors: dict[UOp, Tensor] = {}  # an argument it returns as it is: that tensor, as the call returns it
       mapped((args, kwargs), lambda t: tensors.setdefault(t.uop, t))
       return mapped(replay(given), lambda t: tensors.get(t.uop, t))
     if capturing.now is None:  # what was computed or written lazily before the call is realized now: inside the
@@ -5953,13 +5953,13 @@ class Replay:
     return sum(l.prog.flops for _, l in self.launches), sum(l.prog.moved for _, l in self.launches)
   def __call__(self, given:list[Buffer]):
     outputs = [Buffer(*m) for m in self.new_outputs]
-    if capturing.now is not None: capturing.now.made.update(outputs)  # (a jit around this one's: made anew by its own)
     bufs = given + outputs + self.held
     if self.draws:
       start, Tensor._counter = Tensor._counter, Tensor._counter + self.draws
       for slot, place in self.places: bufs[slot] = Tensor._place(start + place, bufs[slot].device).buffer()
     for slot, data in self.filled: bufs[slot].copyin(memoryview(data))
-    if capturing.now is not None:  # (a jit around this one's: the data its call made, noted as the call noted it)
+    if capturing.now is not None:  # a jit around this one's: what its call made, noted as the call noted it
+      capturing.now.made.update(outputs)  # (made anew by each of its replays)
       capturing.now.data += self.hashes
       capturing.now.filled |= {bufs[slot]: data for slot, data in self.filled}
     # a write pending into a buffer it holds (a weight) runs first, as it would before the call's kernels; what reads a
